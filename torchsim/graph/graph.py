@@ -1,0 +1,254 @@
+"""The tile graph of one CTA class, the kernel graph (CTA classes + grid), validation and JSON round-trip.
+
+Hot data are numpy arrays (node op, unit, group, work; CSR successor lists). A `KernelGraph` holds one
+`TileGraph` per CTA class and a parameter table with one row per logical CTA: nodes are never copied per CTA.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from torchsim.graph.kinds import MEMORY_OPS, DType, Edge, Op, Space, Unit
+from torchsim.graph.tile import ExecGroup, TileDesc
+
+
+class GraphError(ValueError):
+    """A tile graph is malformed; the message names the node (and template) at fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """A named barrier (mbarrier / named barrier): a wait of phase p needs `expected * (p + 1)` arrivals."""
+
+    name: str
+    expected: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class TileGraph:
+    """One CTA template: nodes as parallel arrays, edges as an edge list plus CSR successor lists."""
+
+    name: str
+    groups: tuple[ExecGroup, ...]
+    node_names: tuple[str, ...]
+    op: np.ndarray  # int8 [n]  Op
+    unit: np.ndarray  # int8 [n]  Unit
+    group: np.ndarray  # int32 [n] index into groups
+    work: np.ndarray  # float64 [n] FLOPs (MMA), bytes (memory), elements (SIMT), 0 (sync)
+    tile: np.ndarray  # int32 [n] index into tiles, -1 none
+    barrier: np.ndarray  # int32 [n] index into barriers for arrive/wait nodes, -1 none
+    phase: np.ndarray  # int32 [n] barrier phase a wait node waits for
+    tiles: tuple[TileDesc, ...]
+    barriers: tuple[Barrier, ...]
+    edge_src: np.ndarray  # int32 [e]
+    edge_dst: np.ndarray  # int32 [e]
+    edge_kind: np.ndarray  # int8 [e] Edge
+    dtype: DType = DType.BF16
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.op.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_src.shape[0])
+
+    def describe_node(self, i: int) -> str:
+        return (f"node {i} {self.node_names[i]!r} ({Op(int(self.op[i])).name} on "
+                f"{Unit(int(self.unit[i])).name}, group {self.groups[int(self.group[i])].name!r}) "
+                f"of template {self.name!r}")
+
+    def smem_bytes(self) -> float:
+        """Shared memory the template's distinct shared tiles need (buffers are tiles with distinct slots)."""
+        seen: dict[tuple[str, tuple[Any, ...]], float] = {}
+        for t in self.tiles:
+            if t.space is Space.SHARED:
+                seen[(t.tensor, tuple(c.to_json().__repr__() for c in t.coord))] = t.nbytes
+        return float(sum(seen.values()))
+
+    # -- validation ---------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Acyclic, in-range edges, memory nodes carry tiles, barrier nodes name barriers, work >= 0."""
+        n = self.num_nodes
+        for arr, what in ((self.edge_src, "source"), (self.edge_dst, "destination")):
+            bad = np.nonzero((arr < 0) | (arr >= n))[0]
+            if bad.size:
+                e = int(bad[0])
+                raise GraphError(f"template {self.name!r}: edge {e} has {what} {int(arr[e])}, "
+                                 f"but the graph has nodes 0..{n - 1}")
+        for i in range(n):
+            op = Op(int(self.op[i]))
+            if self.work[i] < 0 or not np.isfinite(self.work[i]):
+                raise GraphError(f"{self.describe_node(i)} has invalid work {self.work[i]}")
+            if op in MEMORY_OPS and self.tile[i] < 0:
+                raise GraphError(f"{self.describe_node(i)} moves memory but has no tile descriptor")
+            if op in (Op.BARRIER_ARRIVE, Op.BARRIER_WAIT) and self.barrier[i] < 0:
+                raise GraphError(f"{self.describe_node(i)} is a barrier operation without a barrier")
+        cycle = self.find_cycle()
+        if cycle:
+            names = " -> ".join(f"{i}:{self.node_names[i]}" for i in cycle)
+            raise GraphError(f"template {self.name!r} has a cycle: {names}")
+
+    def find_cycle(self) -> list[int]:
+        """Kahn's algorithm; returns the nodes of one cycle (closed) or [] when acyclic."""
+        n = self.num_nodes
+        indeg = np.bincount(self.edge_dst, minlength=n).astype(np.int64)
+        succ = self.successors()
+        stack = [i for i in range(n) if indeg[i] == 0]
+        seen = 0
+        while stack:
+            i = stack.pop()
+            seen += 1
+            for j in succ[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    stack.append(j)
+        if seen == n:
+            return []
+        # walk back along remaining edges to print one cycle
+        remaining = set(int(i) for i in np.nonzero(indeg > 0)[0])
+        pred: dict[int, int] = {}
+        for s, d in zip(self.edge_src.tolist(), self.edge_dst.tolist()):
+            if s in remaining and d in remaining:
+                pred.setdefault(d, s)
+        node = min(remaining)
+        path: list[int] = []
+        while node not in path:
+            path.append(node)
+            node = pred[node]
+        cyc = path[path.index(node):][::-1]
+        return cyc + [cyc[0]]
+
+    def successors(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.num_nodes)]
+        for s, d in zip(self.edge_src.tolist(), self.edge_dst.tolist()):
+            out[s].append(d)
+        return out
+
+    # -- JSON ------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "dtype": self.dtype.name, "attrs": self.attrs,
+            "groups": [{"name": g.name, "first_warp": g.first_warp, "num_warps": g.num_warps, "role": g.role}
+                       for g in self.groups],
+            "nodes": [{"name": self.node_names[i], "op": Op(int(self.op[i])).name,
+                       "unit": Unit(int(self.unit[i])).name, "group": int(self.group[i]),
+                       "work": float(self.work[i]), "tile": int(self.tile[i]),
+                       "barrier": int(self.barrier[i]), "phase": int(self.phase[i])}
+                      for i in range(self.num_nodes)],
+            "tiles": [t.to_json() for t in self.tiles],
+            "barriers": [{"name": b.name, "expected": b.expected} for b in self.barriers],
+            "edges": [[int(s), int(d), Edge(int(k)).name]
+                      for s, d, k in zip(self.edge_src, self.edge_dst, self.edge_kind)],
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TileGraph:
+        nodes = obj["nodes"]
+        edges = obj["edges"]
+        g = cls(
+            name=obj["name"],
+            groups=tuple(ExecGroup(d["name"], d["first_warp"], d["num_warps"], d.get("role", ""))
+                         for d in obj["groups"]),
+            node_names=tuple(d["name"] for d in nodes),
+            op=np.array([Op[d["op"]] for d in nodes], dtype=np.int8),
+            unit=np.array([Unit[d["unit"]] for d in nodes], dtype=np.int8),
+            group=np.array([d["group"] for d in nodes], dtype=np.int32),
+            work=np.array([d["work"] for d in nodes], dtype=np.float64),
+            tile=np.array([d["tile"] for d in nodes], dtype=np.int32),
+            barrier=np.array([d["barrier"] for d in nodes], dtype=np.int32),
+            phase=np.array([d["phase"] for d in nodes], dtype=np.int32),
+            tiles=tuple(TileDesc.from_json(t) for t in obj["tiles"]),
+            barriers=tuple(Barrier(b["name"], b["expected"]) for b in obj["barriers"]),
+            edge_src=np.array([e[0] for e in edges], dtype=np.int32),
+            edge_dst=np.array([e[1] for e in edges], dtype=np.int32),
+            edge_kind=np.array([Edge[e[2]] for e in edges], dtype=np.int8),
+            dtype=DType[obj["dtype"]],
+            attrs=dict(obj.get("attrs", {})),
+        )
+        g.validate()
+        return g
+
+
+@dataclass(frozen=True, eq=False)
+class CtaClass:
+    """A class of isomorphic CTAs: one template, one parameter row per logical CTA, launch resources."""
+
+    graph: TileGraph
+    params: np.ndarray  # int64 [count, len(param_names)]
+    param_names: tuple[str, ...]
+    threads: int
+    regs_per_thread: int = 128
+    smem_bytes: int | None = None  # None: derived from the template's shared tiles
+
+    def __post_init__(self) -> None:
+        if self.params.ndim != 2 or self.params.shape[1] != len(self.param_names):
+            raise GraphError(f"CTA class {self.graph.name!r}: params must be [count, {len(self.param_names)}]")
+        if self.threads <= 0:
+            raise GraphError(f"CTA class {self.graph.name!r}: threads must be > 0")
+
+    @property
+    def count(self) -> int:
+        return int(self.params.shape[0])
+
+    @property
+    def smem(self) -> int:
+        return int(self.smem_bytes if self.smem_bytes is not None else self.graph.smem_bytes())
+
+
+@dataclass(frozen=True, eq=False)
+class KernelGraph:
+    """A kernel launch: its CTA classes (launched in order) and what the template says about its work."""
+
+    name: str
+    classes: tuple[CtaClass, ...]
+    flops: float = 0.0  # useful FLOPs of the kernel (for TFLOPS and rooflines)
+    dram_bytes: float = 0.0  # compulsory DRAM traffic (each operand read once, outputs written once)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_ctas(self) -> int:
+        return sum(c.count for c in self.classes)
+
+    def validate(self) -> None:
+        if not self.classes:
+            raise GraphError(f"kernel {self.name!r} has no CTA classes")
+        for c in self.classes:
+            c.graph.validate()
+            tiles_params = {n for t in c.graph.tiles for a in t.coord for n, _ in a.terms}
+            missing = tiles_params - set(c.param_names)
+            if missing:
+                raise GraphError(f"template {c.graph.name!r}: tile coordinates use CTA parameters "
+                                 f"{sorted(missing)} that the CTA class does not define")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "flops": self.flops, "dram_bytes": self.dram_bytes, "attrs": self.attrs,
+            "classes": [{"graph": c.graph.to_json(), "params": c.params.tolist(),
+                         "param_names": list(c.param_names), "threads": c.threads,
+                         "regs_per_thread": c.regs_per_thread, "smem_bytes": c.smem_bytes}
+                        for c in self.classes],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> KernelGraph:
+        classes = tuple(
+            CtaClass(TileGraph.from_json(c["graph"]),
+                     np.array(c["params"], dtype=np.int64).reshape(-1, len(c["param_names"])),
+                     tuple(c["param_names"]), c["threads"], c["regs_per_thread"], c["smem_bytes"])
+            for c in obj["classes"])
+        kg = cls(obj["name"], classes, obj["flops"], obj["dram_bytes"], dict(obj.get("attrs", {})))
+        kg.validate()
+        return kg
+
+    @classmethod
+    def loads(cls, text: str) -> KernelGraph:
+        return cls.from_json(json.loads(text))
