@@ -1,0 +1,5 @@
+import sys
+
+from torchsim.cli import main
+
+sys.exit(main())
