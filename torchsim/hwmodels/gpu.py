@@ -1,0 +1,260 @@
+"""GPU hardware profiles: A100 SXM, H100 SXM, H200, B200, each number a Quantity with its source.
+
+Each generation is composed from the previous one with `dataclasses.replace` (H200 = H100 + HBM3e; B200 =
+Hopper + tcgen05/TMEM and its own figures), never copied. Sources name the row of ../shared/hardware/facts.csv
+("facts.csv DEVICE parameter") or of ../shared/validation/published_dev.csv ("published_dev.csv ID").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields, replace
+from enum import Enum
+
+from torchsim.graph.kinds import DType, Unit
+from torchsim.hwmodels.quantity import Quantity, assumed, calibrated, derived, doc, measured
+
+
+class Arch(Enum):
+    SM80 = "sm80"
+    SM90 = "sm90"
+    SM100 = "sm100"
+    TENSIX = "tensix"
+
+
+GTSIM = "GPU-Tile-Sim paper §5 'Memory' (TMA: 128 B transactions, ~100 B/cycle aggregate issue rate)"
+A100, H100, H200, B200 = "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200 (HGX/DGX, SXM, 180GB)"
+
+
+def fact(device: str, parameter: str) -> str:
+    return f"facts.csv {device} {parameter}"
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """A GPU: SM resources, units, memory hierarchy. Field names carry units; every value has provenance."""
+
+    name: str
+    arch: Arch
+    description: str
+    sm_count: Quantity
+    clock_hz: Quantity  # sustained SM clock under load
+    subpartitions_per_sm: Quantity
+    max_threads_per_sm: Quantity
+    max_ctas_per_sm: Quantity
+    registers_per_sm: Quantity
+    smem_per_sm_bytes: Quantity
+    smem_per_cta_bytes: Quantity
+    tensor_bf16_flop_per_clk_per_sm: Quantity
+    tensor_fp8_flop_per_clk_per_sm: Quantity  # 0 = no FP8 tensor cores
+    tensor_tf32_flop_per_clk_per_sm: Quantity
+    tensor_latency_cycles: Quantity
+    tensor_inflight_subops: Quantity  # sub-operations the pipe holds in flight (issue width)
+    tensor_subop_flop: Quantity  # work of one tensor sub-operation (one MMA instruction's FLOPs)
+    fma_flop_per_clk_per_sm: Quantity
+    fma_latency_cycles: Quantity
+    sfu_ops_per_clk_per_sm: Quantity
+    sfu_latency_cycles: Quantity
+    ldst_bytes_per_clk_per_sm: Quantity  # L1 / shared-memory port
+    smem_latency_cycles: Quantity
+    l1_latency_cycles: Quantity
+    l1_bytes_per_sm: Quantity  # data cache left beside the default carve-out
+    tma_bytes_per_clk_per_sm: Quantity
+    tma_latency_cycles: Quantity  # extra fixed cost of a TMA (descriptor, async proxy) on top of the memory path
+    tmem_bytes_per_sm: Quantity  # 0 = no TMEM
+    tmem_bytes_per_clk_per_sm: Quantity
+    l2_bytes: Quantity
+    l2_bytes_per_s: Quantity
+    l2_latency_cycles: Quantity
+    dram_peak_bytes_per_s: Quantity
+    dram_bytes_per_s: Quantity  # sustained
+    dram_latency_cycles: Quantity
+    dram_bytes: Quantity
+    cta_launch_cycles: Quantity
+    launch_overhead_s: Quantity  # gap between dependent kernel launches (stream, no CUDA graph)
+    graph_launch_overhead_s: Quantity  # the same under CUDA graphs
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Quantity) and v.value < 0:
+                raise ValueError(f"profile {self.name!r}: field {f.name} is negative ({v.value} {v.unit})")
+        for f in ("sm_count", "clock_hz", "dram_bytes_per_s", "l2_bytes_per_s", "tensor_bf16_flop_per_clk_per_sm",
+                  "smem_per_sm_bytes", "subpartitions_per_sm"):
+            if getattr(self, f).value <= 0:
+                raise ValueError(f"profile {self.name!r}: field {f} must be > 0")
+        if self.dram_bytes_per_s.value > self.dram_peak_bytes_per_s.value:
+            raise ValueError(f"profile {self.name!r}: sustained DRAM bandwidth exceeds its peak")
+
+    # -- float views used on hot paths ---------------------------------------------------------------
+    @property
+    def clock_hz_value(self) -> float:
+        return float(self.clock_hz.value)
+
+    @property
+    def dram_bytes_per_s_value(self) -> float:
+        return float(self.dram_bytes_per_s.value)
+
+    @property
+    def launch_overhead_s_value(self) -> float:
+        return float(self.launch_overhead_s.value)
+
+    @property
+    def sms(self) -> int:
+        return int(self.sm_count.value)
+
+    def tensor_flop_per_clk_per_sm(self, dtype: DType) -> float:
+        if dtype.is_fp8 or dtype is DType.INT8:
+            return float(self.tensor_fp8_flop_per_clk_per_sm.value)
+        if dtype in (DType.FP32, DType.TF32):
+            return float(self.tensor_tf32_flop_per_clk_per_sm.value)
+        return float(self.tensor_bf16_flop_per_clk_per_sm.value)
+
+    def peak_tensor_flops_per_s(self, dtype: DType) -> float:
+        return self.tensor_flop_per_clk_per_sm(dtype) * self.sms * self.clock_hz_value
+
+    def supports(self, dtype: DType) -> bool:
+        return self.tensor_flop_per_clk_per_sm(dtype) > 0
+
+    @property
+    def units(self) -> frozenset[Unit]:
+        have = {Unit.NONE, Unit.TENSOR, Unit.FMA, Unit.SFU, Unit.LDST}
+        if self.arch in (Arch.SM90, Arch.SM100):
+            have.add(Unit.TMA)
+        if self.tmem_bytes_per_sm.value > 0:
+            have.add(Unit.TMEM)
+        return frozenset(have)
+
+    def quantities(self) -> dict[str, Quantity]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Quantity)}
+
+    def numbers_hash(self) -> str:
+        """Hash of every number of the profile (for result metadata and memo keys)."""
+        blob = json.dumps({k: [q.value, q.unit] for k, q in self.quantities().items()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_LAUNCH = ("assumed: typical back-to-back launch gap of a CUDA stream without graphs (host-bound PyTorch eager "
+           "is slower); a what-if TOML overrides it")
+
+a100_sxm = GpuProfile(
+    name="a100-sxm", arch=Arch.SM80, description="NVIDIA A100 SXM4 80GB (GA100, sm80)",
+    sm_count=doc(108, "SMs", fact(A100, "compute.sm_count")),
+    clock_hz=calibrated(1.41e9, "Hz", "published_dev.csv UBENCH-018 (peakflops fp16 311.2 of 312 TFLOPS: boost "
+                        "clock sustained); " + fact(A100, "compute.boost_clock")),
+    subpartitions_per_sm=doc(4, "SMSPs", fact(A100, "compute.subpartitions_per_sm")),
+    max_threads_per_sm=doc(2048, "threads", fact(A100, "compute.max_threads_per_sm")),
+    max_ctas_per_sm=doc(32, "CTAs", fact(A100, "compute.max_ctas_per_sm")),
+    registers_per_sm=doc(65536, "32-bit regs", fact(A100, "compute.registers_per_sm")),
+    smem_per_sm_bytes=doc(164 * 1024, "B", fact(A100, "memory.smem_max_per_sm")),
+    smem_per_cta_bytes=doc(163 * 1024, "B", fact(A100, "memory.smem_max_per_cta_optin")),
+    tensor_bf16_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
+    tensor_fp8_flop_per_clk_per_sm=doc(0, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
+    tensor_tf32_flop_per_clk_per_sm=derived(1024, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_tf32_flop_per_clk_per_sm")),
+    tensor_latency_cycles=assumed(32, "cycles", "assumed: mma.sync m16n8k16 dependent-issue latency order (~30 cycles)"),
+    tensor_inflight_subops=assumed(16, "sub-ops", "assumed: enough in-flight MMAs per SM to cover the pipe latency"),
+    tensor_subop_flop=derived(4096, "FLOP", fact(A100, "tensor.mma_instruction_shapes") + ": m16n8k16 = 2*16*8*16"),
+    fma_flop_per_clk_per_sm=derived(128, "FLOP/clk/SM", fact(A100, "simt.fp32_flop_per_clk_per_sm")),
+    fma_latency_cycles=assumed(4, "cycles", "assumed: FP32 FMA dependent-issue latency"),
+    sfu_ops_per_clk_per_sm=derived(16, "ops/clk/SM", fact(A100, "simt.mufu_ex2_throughput")),
+    sfu_latency_cycles=assumed(20, "cycles", "assumed: MUFU latency order"),
+    ldst_bytes_per_clk_per_sm=measured(125, "B/clk/SM", fact(A100, "memory.l1_bandwidth_measured")),
+    smem_latency_cycles=measured(30, "cycles", fact(A100, "latency.smem_latency") + " (MT4G 60 is flagged low-"
+                                 "confidence; Hopper's 29.9 used as the same-design proxy)"),
+    l1_latency_cycles=measured(39, "cycles", "published_dev.csv UBENCH-006"),
+    l1_bytes_per_sm=derived(28 * 1024, "B", fact(A100, "memory.l1_data_cache_size") + " (192 - 164 KiB carve-out)"),
+    tma_bytes_per_clk_per_sm=doc(0, "B/clk/SM", fact(A100, "async.tma") + " (no TMA on sm80)"),
+    tma_latency_cycles=doc(0, "cycles", fact(A100, "async.tma")),
+    tmem_bytes_per_sm=doc(0, "B", "no TMEM before sm100 (" + fact(B200, "memory.tmem_per_sm") + ")"),
+    tmem_bytes_per_clk_per_sm=doc(0, "B/clk/SM", "no TMEM before sm100"),
+    l2_bytes=doc(40 * 2**20, "B", fact(A100, "memory.l2_size")),
+    l2_bytes_per_s=measured(5.4e12, "B/s", fact(A100, "memory.l2_bandwidth_measured")),
+    l2_latency_cycles=measured(210, "cycles", "published_dev.csv UBENCH-007"),
+    dram_peak_bytes_per_s=doc(2.039e12, "B/s", fact(A100, "memory.hbm_bandwidth_peak")),
+    dram_bytes_per_s=measured(1.80e12, "B/s", fact(A100, "memory.hbm_bandwidth_measured_stream") +
+                              " (mean of 1.88 write / 1.77 read stream)"),
+    dram_latency_cycles=measured(550, "cycles", "published_dev.csv UBENCH-008"),
+    dram_bytes=doc(80e9, "B", fact(A100, "memory.hbm_capacity")),
+    cta_launch_cycles=assumed(200, "cycles", "assumed: CTA dispatch and prologue to first issue"),
+    launch_overhead_s=assumed(2.5e-6, "s", _LAUNCH),
+    graph_launch_overhead_s=assumed(1.0e-6, "s", "assumed: kernel-to-kernel gap inside a CUDA graph"),
+)
+
+h100_sxm = replace(
+    a100_sxm,
+    name="h100-sxm", arch=Arch.SM90, description="NVIDIA H100 SXM5 80GB (GH100, sm90)",
+    sm_count=doc(132, "SMs", fact(H100, "compute.sm_count")),
+    clock_hz=derived(1.83e9, "Hz", fact(H100, "compute.clock_implied_by_tensor_peaks") +
+                     " (the clock NVIDIA's dense tensor peak assumes; boost max 1980 MHz)"),
+    smem_per_sm_bytes=doc(228 * 1024, "B", fact(H100, "memory.smem_max_per_sm")),
+    smem_per_cta_bytes=doc(227 * 1024, "B", fact(H100, "memory.smem_max_per_cta_optin")),
+    tensor_bf16_flop_per_clk_per_sm=derived(4096, "FLOP/clk/SM", fact(H100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
+    tensor_fp8_flop_per_clk_per_sm=derived(8192, "FLOP/clk/SM", fact(H100, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
+    tensor_tf32_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", fact(H100, "tensor.tc_dense_tf32_flop_per_clk_per_sm")),
+    tensor_latency_cycles=assumed(64, "cycles", "assumed: wgmma m64nNk16 issue-to-accumulator latency order"),
+    tensor_subop_flop=derived(2 * 64 * 256 * 16 / 4, "FLOP", fact(H100, "tensor.wgmma_shapes") +
+                              ": m64n256k16 per warp of the warp group"),
+    fma_flop_per_clk_per_sm=derived(256, "FLOP/clk/SM", fact(H100, "simt.fp32_flop_per_clk_per_sm")),
+    sfu_ops_per_clk_per_sm=derived(16, "ops/clk/SM", fact(H100, "simt.mufu_ex2_throughput")),
+    ldst_bytes_per_clk_per_sm=measured(126, "B/clk/SM", fact(H100, "memory.l1_bandwidth_measured")),
+    smem_latency_cycles=measured(30, "cycles", fact(H100, "latency.smem_latency")),
+    l1_latency_cycles=measured(40, "cycles", "published_dev.csv UBENCH-009"),
+    l1_bytes_per_sm=derived(28 * 1024, "B", fact(H100, "memory.l1_data_cache_size") + " (256 - 228 KiB carve-out)"),
+    tma_bytes_per_clk_per_sm=measured(100, "B/clk/SM", GTSIM),
+    tma_latency_cycles=assumed(100, "cycles", "assumed: TMA descriptor fetch + async-proxy overhead beyond the "
+                               "L2/DRAM latency (B200 microbenchmarks in facts.csv report more)"),
+    l2_bytes=doc(50 * 2**20, "B", fact(H100, "memory.l2_size")),
+    l2_bytes_per_s=measured(9.7e12, "B/s", fact(H200, "memory.l2_bandwidth_measured") + " (same GH100 L2; the "
+                            "H100 SXM MT4G 4.86 TB/s uses a different method)"),
+    l2_latency_cycles=measured(291, "cycles", "published_dev.csv UBENCH-010"),
+    dram_peak_bytes_per_s=doc(3.35e12, "B/s", fact(H100, "memory.hbm_bandwidth_peak")),
+    dram_bytes_per_s=measured(3.13e12, "B/s", "published_dev.csv UBENCH-029 (single-pass reduction 3134 GB/s on "
+                              "an SXM-class H100)"),
+    dram_latency_cycles=measured(700, "cycles", "published_dev.csv UBENCH-011"),
+    dram_bytes=doc(80e9, "B", fact(H100, "memory.hbm_capacity")),
+)
+
+h200 = replace(
+    h100_sxm,
+    name="h200", description="NVIDIA H200 SXM 141GB (GH100 + HBM3e, sm90)",
+    sm_count=doc(132, "SMs", fact(H200, "compute.sm_count")),
+    l2_bytes_per_s=measured(9.7e12, "B/s", fact(H200, "memory.l2_bandwidth_measured")),
+    dram_peak_bytes_per_s=doc(4.8e12, "B/s", fact(H200, "memory.hbm_bandwidth_peak")),
+    dram_bytes_per_s=measured(3.89e12, "B/s", fact(H200, "memory.hbm_bandwidth_measured")),
+    dram_latency_cycles=measured(690, "cycles", "published_dev.csv UBENCH-014 (GH200's H100 with HBM3, proxy)"),
+    l2_latency_cycles=measured(281, "cycles", "published_dev.csv UBENCH-013 (GH200 proxy)"),
+    dram_bytes=doc(141e9, "B", fact(H200, "memory.hbm_capacity")),
+)
+
+b200 = replace(
+    h100_sxm,
+    name="b200", arch=Arch.SM100, description="NVIDIA B200 SXM 180GB (2 dies, sm100)",
+    sm_count=doc(148, "SMs", fact(B200, "compute.sm_count")),
+    clock_hz=derived(1.856e9, "Hz", fact(B200, "compute.clock_implied_by_tensor_peaks") +
+                     " (2.25 PFLOPS dense BF16 / (148 SM x 8192 FLOP/clk))"),
+    tensor_bf16_flop_per_clk_per_sm=derived(8192, "FLOP/clk/SM", fact(B200, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
+    tensor_fp8_flop_per_clk_per_sm=derived(16384, "FLOP/clk/SM", fact(B200, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
+    tensor_tf32_flop_per_clk_per_sm=assumed(4096, "FLOP/clk/SM", "assumed: half of BF16 as on Hopper (" +
+                                            fact(B200, "tensor.tc_dense_tf32_flop_per_clk_per_sm") + " unknown)"),
+    tensor_latency_cycles=assumed(128, "cycles", "assumed from " + fact(B200, "latency.op_latencies_microbench") +
+                                  " (tcgen05 128x128x64 = 559 cycles including its own throughput time)"),
+    tensor_subop_flop=derived(2 * 128 * 256 * 16, "FLOP", fact(B200, "tensor.tcgen05_mma") + ": M128 N256 K16"),
+    tma_latency_cycles=assumed(200, "cycles", "assumed from " + fact(B200, "latency.op_latencies_microbench") +
+                               " (TMA overhead reported larger on B200)"),
+    tmem_bytes_per_sm=derived(256 * 1024, "B", fact(B200, "memory.tmem_per_sm")),
+    tmem_bytes_per_clk_per_sm=assumed(512, "B/clk/SM", "assumed: tcgen05.ld 32 lanes x 32 bit x 4 SMSPs per clk"),
+    l1_latency_cycles=measured(40, "cycles", "published_dev.csv UBENCH-015"),
+    l2_bytes=measured(126.5e6, "B", fact(B200, "memory.l2_size")),
+    l2_bytes_per_s=assumed(19.4e12, "B/s", "assumed: 2 dies each with Hopper's measured L2 bandwidth (" +
+                           fact(H200, "memory.l2_bandwidth_measured") + ")"),
+    l2_latency_cycles=measured(295, "cycles", "published_dev.csv UBENCH-016"),
+    dram_peak_bytes_per_s=derived(7.67e12, "B/s", fact(B200, "memory.hbm_bandwidth_from_bus") +
+                                  " (chosen over the 8.0 TB/s spec: the driver reports a 7680-bit bus)"),
+    dram_bytes_per_s=calibrated(6.9e12, "B/s", "0.90 x 7.67 TB/s: " + fact(B200, "memory.async_copy_bw_measured") +
+                                " (LDGSTS saturates ~6.6 TB/s; TMA goes higher)"),
+    dram_latency_cycles=measured(860, "cycles", "published_dev.csv UBENCH-017"),
+    dram_bytes=doc(180e9, "B", fact(B200, "memory.hbm_capacity")),
+)
+
+GPU_PROFILES: dict[str, GpuProfile] = {p.name: p for p in (a100_sxm, h100_sxm, h200, b200)}
