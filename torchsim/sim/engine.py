@@ -1,0 +1,443 @@
+"""The event-driven engine: binds CTAs to SMs, issues ready nodes by policy, serves them on resource models.
+
+Deterministic: integer cycles, a heap of (cycle, sequence, kind, a, b) events, SMs handled in index order.
+Node lifecycle: blocked -> ready -> issued -> executing -> completed. ORDER edges release at issue, DATA edges
+at completion; barrier waits need their arrivals. Time jumps from event to event; idle cycles are never ticked.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from torchsim.graph import KernelGraph, Op, Unit
+from torchsim.hwmodels.gpu import GpuProfile
+from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, get_policy
+from torchsim.sim.prepare import COMPUTE, GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
+from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
+from torchsim.sim.result import DeadlockError, KernelResult, NodeRecord
+
+EV_DONE, EV_WAKE, EV_LAUNCH = 0, 1, 2
+W_DATA, W_ORDER, W_BARRIER, W_LAUNCH = 0, 1, 2, 3
+WAIT_NAMES = ("data", "order", "barrier", "launch")
+STALLS = ("data", "order", "barrier", "unit_busy", "issue", "memory_queue")
+INF = math.inf
+
+
+class _Cta:
+    """A resident CTA: per-node counters for its template (freed when it retires)."""
+
+    __slots__ = ("seq", "prep", "cls", "params", "pred", "remaining", "bar", "bar_wait", "keys", "ready_t",
+                 "why", "grp_last", "sm", "index")
+
+    def __init__(self, seq: int, prep: Prepared, cls: int, params: np.ndarray, sm: int, t: int) -> None:
+        self.seq = seq
+        self.prep = prep
+        self.cls = cls
+        self.params = params
+        self.pred = list(prep.indeg)
+        self.remaining = prep.n
+        self.bar = [0] * len(prep.barrier_names)
+        self.bar_wait: list[list[int]] = [[] for _ in prep.barrier_names]
+        self.ready_t = [t] * prep.n
+        self.why = [W_LAUNCH] * prep.n
+        self.grp_last = [t] * prep.ngroups
+        self.sm = sm
+        self.keys: dict[int, tuple[Any, ...]] = {}
+        if prep.mem_nodes.size:
+            coords = prep.mem_const + prep.mem_coef @ params  # [m, D]
+            for idx, node, row in zip(range(len(prep.mem_tensor)), prep.mem_nodes.tolist(), coords.tolist()):
+                self.keys[node] = (prep.mem_tensor[idx], *row)
+
+
+class _Sm:
+    __slots__ = ("index", "units", "sp_free", "queues", "wake", "threads", "regs", "smem", "ctas")
+
+    def __init__(self, index: int, units: dict[int, Pipeline], nsp: int) -> None:
+        self.index = index
+        self.units = units
+        self.sp_free = [0] * nsp
+        self.queues: list[list[tuple[int, int, _Cta]]] = [[] for _ in range(nsp)]
+        self.wake: int | None = None
+        self.threads = self.regs = self.smem = self.ctas = 0
+
+
+def _units(hw: GpuProfile, dtype_flop_per_clk: float) -> dict[int, Pipeline]:
+    q = hw
+    u: dict[int, Pipeline] = {
+        Unit.TENSOR: Pipeline("tensor", dtype_flop_per_clk, int(q.tensor_latency_cycles.value),
+                              float(q.tensor_inflight_subops.value), float(q.tensor_subop_flop.value)),
+        Unit.FMA: Pipeline("fma", float(q.fma_flop_per_clk_per_sm.value), int(q.fma_latency_cycles.value)),
+        Unit.SFU: Pipeline("sfu", float(q.sfu_ops_per_clk_per_sm.value), int(q.sfu_latency_cycles.value)),
+        Unit.LDST: Pipeline("ldst", float(q.ldst_bytes_per_clk_per_sm.value), int(q.smem_latency_cycles.value)),
+    }
+    if q.tma_bytes_per_clk_per_sm.value > 0:
+        u[Unit.TMA] = Pipeline("tma", float(q.tma_bytes_per_clk_per_sm.value), 0, queued=True)
+    if q.tmem_bytes_per_clk_per_sm.value > 0:
+        u[Unit.TMEM] = Pipeline("tmem", float(q.tmem_bytes_per_clk_per_sm.value), 2)
+    return u
+
+
+def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] = GreedyThenOldest,
+             record: bool = False, max_sms: int | None = None) -> KernelResult:
+    """Simulate one kernel launch on `hw`; `record=True` keeps a NodeRecord per executed node.
+
+    `max_sms` restricts the launch to the first SMs (single-SM studies).
+    """
+    return _Engine(kernel, hw, policy, record, max_sms).run()
+
+
+class _Engine:
+    def __init__(self, kernel: KernelGraph, hw: GpuProfile, policy: str | type[IssuePolicy], record: bool,
+                 max_sms: int | None) -> None:
+        kernel.validate()
+        self.kernel = kernel
+        self.hw = hw
+        self.record = record
+        self.nsp = int(hw.subpartitions_per_sm.value)
+        self.nsm = min(hw.sms, max_sms) if max_sms else hw.sms
+        pol = get_policy(policy) if isinstance(policy, str) else policy
+        self.preps = [prepare(c, hw) for c in kernel.classes]
+        dtype = kernel.classes[0].graph.dtype
+        tensor_rate = hw.tensor_flop_per_clk_per_sm(dtype)
+        if tensor_rate <= 0 and any(Unit.TENSOR in p.unit for p in self.preps):
+            raise ValueError(f"kernel {kernel.name!r} runs {dtype.name} MMAs, but {hw.name} has no "
+                             f"{dtype.name} tensor cores (tensor_fp8_flop_per_clk_per_sm = 0)")
+        self.sms = [_Sm(i, _units(hw, max(tensor_rate, 1e-9)), self.nsp) for i in range(self.nsm)]
+        self.policies = [pol(self.nsp) for _ in range(self.nsm)]
+        clk = hw.clock_hz_value
+        self.l2 = LruCache(float(hw.l2_bytes.value))
+        self.l2srv = BandwidthServer("l2", float(hw.l2_bytes_per_s.value) / clk)
+        self.dram = BandwidthServer("dram", hw.dram_bytes_per_s_value / clk)
+        self.l2_lat = int(hw.l2_latency_cycles.value)
+        self.dram_lat = int(hw.dram_latency_cycles.value)
+        self.tma_lat = int(hw.tma_latency_cycles.value)
+        self.launch_cycles = int(hw.cta_launch_cycles.value)
+        self.occ = [self._occupancy(c, p) for c, p in zip(kernel.classes, self.preps)]
+        self.heap: list[tuple[int, int, int, Any, Any]] = []
+        self.seq = 0
+        self.dirty: list[int] = []
+        self.is_dirty = [False] * self.nsm
+        self.pending = [(ci, r) for ci, c in enumerate(kernel.classes) for r in range(c.count)]
+        self.next_cta = 0
+        self.done_ctas = 0
+        self.events = 0
+        self.stalls = [0.0] * len(STALLS)
+        self.records: list[NodeRecord] = []
+        self.cta_sm: list[int] = [-1] * len(self.pending)
+        self.resident: dict[int, _Cta] = {}
+        self.now = 0
+
+    # -- occupancy and CTA dispatch ---------------------------------------------------------------------
+    def _occupancy(self, cls: Any, p: Prepared) -> int:
+        hw = self.hw
+        limits = {
+            "max_ctas_per_sm": int(hw.max_ctas_per_sm.value),
+            "max_threads_per_sm": int(hw.max_threads_per_sm.value) // p.threads,
+            "registers_per_sm": int(hw.registers_per_sm.value) // max(1, p.regs),
+            "smem_per_sm_bytes": int(hw.smem_per_sm_bytes.value) // p.smem if p.smem else 1 << 30,
+        }
+        field, occ = min(limits.items(), key=lambda kv: kv[1])
+        if occ <= 0:
+            raise ValueError(f"CTA class {p.name!r} cannot fit on one SM of {hw.name}: limited by {field} "
+                             f"(threads {p.threads}, registers {p.regs}, shared memory {p.smem} B)")
+        return occ
+
+    def _fits(self, sm: _Sm, ci: int) -> bool:
+        p = self.preps[ci]
+        hw = self.hw
+        return (sm.ctas < self.occ[ci] and sm.threads + p.threads <= hw.max_threads_per_sm.value
+                and sm.regs + p.regs <= hw.registers_per_sm.value and sm.smem + p.smem <= hw.smem_per_sm_bytes.value)
+
+    def _dispatch(self, sm: _Sm, t: int) -> bool:
+        if self.next_cta >= len(self.pending):
+            return False
+        ci, row = self.pending[self.next_cta]
+        if not self._fits(sm, ci):
+            return False
+        p = self.preps[ci]
+        sm.ctas += 1
+        sm.threads += p.threads
+        sm.regs += p.regs
+        sm.smem += p.smem
+        self._push(t + self.launch_cycles, EV_LAUNCH, sm.index, self.next_cta)
+        self.next_cta += 1
+        return True
+
+    def _launch(self, sm_idx: int, cta_index: int, t: int) -> None:
+        ci, row = self.pending[cta_index]
+        p = self.preps[ci]
+        cta = _Cta(cta_index, p, ci, self.kernel.classes[ci].params[row], sm_idx, t)
+        self.resident[cta_index] = cta
+        self.cta_sm[cta_index] = sm_idx
+        for j in range(p.n):
+            if cta.pred[j] == 0:
+                self._ready(cta, j, t)
+
+    def _retire(self, cta: _Cta, t: int) -> None:
+        sm = self.sms[cta.sm]
+        p = cta.prep
+        sm.ctas -= 1
+        sm.threads -= p.threads
+        sm.regs -= p.regs
+        sm.smem -= p.smem
+        del self.resident[cta.seq]
+        self.done_ctas += 1
+        while self._dispatch(sm, t):
+            pass
+
+    # -- events -----------------------------------------------------------------------------------------
+    def _push(self, t: int, kind: int, a: Any, b: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+
+    def _mark(self, sm: int) -> None:
+        if not self.is_dirty[sm]:
+            self.is_dirty[sm] = True
+            self.dirty.append(sm)
+
+    def _ready(self, cta: _Cta, j: int, t: int) -> None:
+        p = cta.prep
+        need = p.need[j]
+        if need:
+            b = p.barrier[j]
+            if cta.bar[b] < need:
+                cta.bar_wait[b].append(j)
+                return
+        cta.ready_t[j] = t
+        self.sms[cta.sm].queues[p.sp0[j]].append((cta.seq * 4096 + p.group[j], j, cta))
+        self._mark(cta.sm)
+
+    def _issue(self, sm: _Sm, cta: _Cta, j: int, t: int) -> None:
+        p = cta.prep
+        st = self.stalls
+        # waiting before issue: dependency wait since the group's previous issue, then issue wait
+        g = p.group[j]
+        rt = cta.ready_t[j]
+        dep = rt - cta.grp_last[g]
+        if dep > 0:
+            st[cta.why[j] if cta.why[j] < 3 else 0] += dep
+        code = p.code[j]
+        unit = sm.units.get(p.unit[j]) if code != ISSUE_ONLY else None
+        if t > rt:
+            st[3 if unit is not None and unit.free_at > rt else 4] += t - rt
+        cta.grp_last[g] = t
+        # release order edges at issue
+        pred = cta.pred
+        for k in p.order_succ[j]:
+            pred[k] -= 1
+            if pred[k] == 0:
+                cta.why[k] = W_ORDER
+                self._ready(cta, k, t)
+        if p.op[j] == Op.BARRIER_ARRIVE:
+            b = p.barrier[j]
+            cta.bar[b] += 1
+            waiters = cta.bar_wait[b]
+            if waiters:
+                still = []
+                for k in waiters:
+                    if cta.bar[b] >= p.need[k]:
+                        cta.why[k] = W_BARRIER
+                        cta.ready_t[k] = t
+                        self.sms[cta.sm].queues[p.sp0[k]].append((cta.seq * 4096 + p.group[k], k, cta))
+                        self._mark(cta.sm)
+                    else:
+                        still.append(k)
+                cta.bar_wait[b] = still
+        # dispatch to the unit
+        if code == ISSUE_ONLY:
+            start = done = t
+        elif code == COMPUTE or unit is not None and code not in (GLOBAL_READ, GLOBAL_WRITE):
+            assert unit is not None
+            end, done = unit.accept(t, p.work[j])
+            start = end - unit.occupancy(p.work[j])
+        else:
+            assert unit is not None
+            done, start = self._memory(unit, cta, j, t, code == GLOBAL_READ)
+        if self.record:
+            self.records.append(NodeRecord(
+                cta.sm, cta.seq, p.name, p.group_names[g], j, p.names[j], Op(p.op[j]).name,
+                Unit(p.unit[j]).name, rt, t, start, done,
+                WAIT_NAMES[cta.why[j]] if dep > 0 or t > rt else "none", max(0, dep) + (t - rt)))
+        if done <= t:
+            self._complete(cta, j, t)
+        else:
+            self._push(done, EV_DONE, cta, j)
+
+    def _memory(self, fe: Pipeline, cta: _Cta, j: int, t: int, read: bool) -> tuple[int, int]:
+        p = cta.prep
+        nbytes = p.work[j]
+        fe_end, _ = fe.accept(t, nbytes)
+        key = cta.keys.get(j, (p.name, j, cta.seq))
+        hit = self.l2.access(key, nbytes)
+        l2_end = self.l2srv.serve(t, nbytes)
+        extra = self.tma_lat if p.unit[j] == Unit.TMA else 0
+        if read:
+            if hit:
+                done = max(fe_end, l2_end) + self.l2_lat + extra
+            else:
+                done = max(fe_end, l2_end, self.dram.serve(t, nbytes)) + self.dram_lat + extra
+            ideal = (self.l2_lat if hit else self.dram_lat) + extra + fe.occupancy(nbytes)
+        else:
+            self.dram.serve(t, nbytes)  # write-back traffic; the store completes at L2
+            done = max(fe_end, l2_end) + self.l2_lat + extra
+            ideal = self.l2_lat + extra + fe.occupancy(nbytes)
+        done_i = math.ceil(done)
+        queue = done_i - t - ideal
+        if queue > 0:
+            self.stalls[5] += queue
+        return done_i, t + max(0, queue)
+
+    def _complete(self, cta: _Cta, j: int, t: int) -> None:
+        self.events += 1
+        p = cta.prep
+        pred = cta.pred
+        for k in p.data_succ[j]:
+            pred[k] -= 1
+            if pred[k] == 0:
+                cta.why[k] = W_DATA
+                self._ready(cta, k, t)
+        cta.remaining -= 1
+        if cta.remaining == 0:
+            self._retire(cta, t)
+
+    # -- issue ------------------------------------------------------------------------------------------
+    def _try_issue(self, sm: _Sm, t: int) -> None:
+        spf = sm.sp_free
+        nxt = INF
+        pol = self.policies[sm.index]
+        for sp in range(self.nsp):
+            q = sm.queues[sp]
+            if not q:
+                continue
+            if spf[sp] > t:
+                nxt = min(nxt, spf[sp])
+                continue
+            cands = q if len(q) == 1 else pol.order(sp, q)
+            for e in cands:
+                _, j, cta = e
+                p = cta.prep
+                sps = p.sps[j]
+                if len(sps) > 1:
+                    busy = max(spf[s] for s in sps)
+                    if busy > t:
+                        nxt = min(nxt, busy)
+                        continue
+                if p.code[j] != ISSUE_ONLY:
+                    unit = sm.units[p.unit[j]]
+                    if not unit.can_accept(t):
+                        nxt = min(nxt, unit.free_at)
+                        continue
+                q.remove(e)
+                for s in sps:
+                    spf[s] = t + 1
+                pol.issued(sp, e)
+                self._issue(sm, cta, j, t)
+                break
+            if q:
+                nxt = min(nxt, t + 1)
+        if nxt < INF:
+            w = int(nxt)
+            if sm.wake is None or w < sm.wake:
+                sm.wake = w
+                self._push(w, EV_WAKE, sm.index, None)
+
+    # -- main loop --------------------------------------------------------------------------------------
+    def run(self) -> KernelResult:
+        wall = time.perf_counter()
+        progress = True
+        while progress:
+            progress = False
+            for sm in self.sms:
+                if self._dispatch(sm, 0):
+                    progress = True
+        heap = self.heap
+        pop = heapq.heappop
+        t = 0
+        while heap:
+            t, _, kind, a, b = pop(heap)
+            if kind == EV_DONE:
+                self._complete(a, b, t)
+            elif kind == EV_LAUNCH:
+                self._launch(a, b, t)
+            else:
+                sm = self.sms[a]
+                if sm.wake == t:
+                    sm.wake = None
+                    self._mark(a)
+            if heap and heap[0][0] == t:
+                continue
+            while self.dirty:
+                batch = sorted(self.dirty)
+                self.dirty.clear()
+                for s in batch:
+                    self.is_dirty[s] = False
+                for s in batch:
+                    self._try_issue(self.sms[s], t)
+        if self.done_ctas < len(self.pending):
+            raise DeadlockError(self._diagnose(t))
+        return self._result(t, time.perf_counter() - wall)
+
+    def _diagnose(self, t: int) -> str:
+        lines = [f"kernel {self.kernel.name!r} on {self.hw.name} stopped making progress at cycle {t}: "
+                 f"{self.done_ctas}/{len(self.pending)} CTAs finished. Waiting nodes:"]
+        shown = 0
+        for cta in list(self.resident.values()):
+            p = cta.prep
+            g = self.kernel.classes[cta.cls].graph
+            for j in range(p.n):
+                if shown >= 12:
+                    break
+                waits: list[str] = []
+                b = p.barrier[j]
+                if p.need[j] and j in cta.bar_wait[b]:
+                    waits.append(f"barrier {p.barrier_names[b]!r} has {cta.bar[b]} of {p.need[j]} arrivals")
+                elif cta.pred[j] > 0:
+                    for s, k in p.predecessors(j, g.edge_src, g.edge_dst, g.edge_kind):
+                        waits.append(f"{'data' if k == 0 else 'order'} edge from node {s} {p.names[s]!r}")
+                    waits = waits[:3]
+                else:
+                    continue
+                lines.append(f"  CTA {cta.seq} (SM {cta.sm}) node {j} {p.names[j]!r} "
+                             f"[{p.group_names[p.group[j]]}] waits on: " + "; ".join(waits))
+                shown += 1
+        return "\n".join(lines)
+
+    def _result(self, t: int, wall_s: float) -> KernelResult:
+        hw = self.hw
+        cycles = max(1, t)
+        busy: dict[str, float] = {}
+        for unit_id in (Unit.TENSOR, Unit.FMA, Unit.SFU, Unit.LDST, Unit.TMA, Unit.TMEM):
+            pipes = [sm.units[unit_id] for sm in self.sms if unit_id in sm.units]
+            if pipes:
+                work = sum(pp.busy_work for pp in pipes)
+                busy[pipes[0].name] = work / (pipes[0].throughput * cycles * self.nsm)
+        busy["l2"] = self.l2srv.busy_cycles / cycles
+        busy["dram"] = self.dram.busy_cycles / cycles
+        bound = _bound(busy)
+        per_sm = min(self.occ)
+        waves = len(self.pending) / (per_sm * self.nsm)
+        return KernelResult(
+            name=self.kernel.name, hw=hw.name, cycles=cycles, clock_hz=hw.clock_hz_value,
+            flops=self.kernel.flops, dram_bytes=self.dram.bytes, l2_hit_rate=self.l2.hit_rate,
+            unit_busy=busy, stalls=dict(zip(STALLS, self.stalls)), bound=bound, waves=waves,
+            ctas=len(self.pending), ctas_per_sm=per_sm, node_events=self.events,
+            attrs={**self.kernel.attrs, "wall_s": wall_s, "sms": self.nsm},
+            records=tuple(self.records) if self.record else None,
+            cta_sm=tuple(self.cta_sm) if self.record else None,
+        )
+
+
+BOUND_NAMES = {"tensor": "tensor pipe", "dram": "DRAM bandwidth", "l2": "L2 bandwidth", "fma": "CUDA cores",
+               "sfu": "SFU", "ldst": "LD/ST", "tma": "TMA", "tmem": "TMEM"}
+
+
+def _bound(busy: dict[str, float]) -> str:
+    name, util = max(busy.items(), key=lambda kv: kv[1])
+    if util >= 0.6:
+        return BOUND_NAMES.get(name, name)
+    return "latency/synchronisation"

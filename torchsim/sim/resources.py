@@ -1,0 +1,110 @@
+"""Resource models behind one small interface: accept work at cycle t, return completion, keep busy statistics.
+
+The engine (torchsim.sim.engine) owns one `Pipeline` per unit per SM and one chip-wide `BandwidthServer` for
+L2 and for DRAM, plus an `LruCache` deciding L2 hits from tile coordinates. Times are integer cycles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable
+
+
+class Pipeline:
+    """A throughput-oriented pipeline: latency, sustained throughput, and sub-operations in flight.
+
+    A node of `work` is split into sub-operations of `subop_work`; with `inflight` of them in flight and a
+    latency of `latency` cycles the pipe sustains `min(throughput, inflight * subop_work / latency)` per cycle.
+    The pipe accepts a new node once the previous node's sub-operations have all been injected (`free_at`).
+    """
+
+    __slots__ = ("name", "throughput", "latency", "effective", "free_at", "busy_work", "queued")
+
+    def __init__(self, name: str, throughput: float, latency: int, inflight: float = math.inf,
+                 subop_work: float = 0.0, queued: bool = False) -> None:
+        if throughput <= 0:
+            raise ValueError(f"pipeline {name!r}: throughput must be > 0")
+        self.name = name
+        self.throughput = throughput
+        self.latency = int(latency)
+        limit = inflight * subop_work / latency if latency > 0 and subop_work > 0 else math.inf
+        self.effective = min(throughput, limit)
+        self.free_at = 0
+        self.busy_work = 0.0
+        self.queued = queued  # memory front-ends queue requests instead of refusing them
+
+    def occupancy(self, work: float) -> int:
+        return max(1, math.ceil(work / self.effective - 1e-9))
+
+    def can_accept(self, t: int) -> bool:
+        return self.queued or self.free_at <= t
+
+    def accept(self, t: int, work: float) -> tuple[int, int]:
+        """Inject `work` at cycle `t`; returns (injection end, completion)."""
+        start = t if t > self.free_at else self.free_at
+        end = start + self.occupancy(work)
+        self.free_at = end
+        self.busy_work += work
+        return end, end + self.latency
+
+
+class BandwidthServer:
+    """A chip-wide FIFO latency-bandwidth-queue server (L2 slices or DRAM) in bytes per cycle."""
+
+    __slots__ = ("name", "bytes_per_cycle", "free_at", "bytes", "busy_cycles")
+
+    def __init__(self, name: str, bytes_per_cycle: float) -> None:
+        if bytes_per_cycle <= 0:
+            raise ValueError(f"server {name!r}: bandwidth must be > 0")
+        self.name = name
+        self.bytes_per_cycle = bytes_per_cycle
+        self.free_at = 0.0
+        self.bytes = 0.0
+        self.busy_cycles = 0.0
+
+    def serve(self, t: int, nbytes: float) -> float:
+        """Queue a transfer arriving at `t`; returns when its last byte has passed."""
+        start = t if t > self.free_at else self.free_at
+        dur = nbytes / self.bytes_per_cycle
+        self.free_at = start + dur
+        self.bytes += nbytes
+        self.busy_cycles += dur
+        return self.free_at
+
+
+class LruCache:
+    """Fully associative LRU over tiles: a tile key hits when the same tile is still resident."""
+
+    __slots__ = ("capacity", "used", "lines", "hits", "misses", "hit_bytes", "miss_bytes")
+
+    def __init__(self, capacity_bytes: float) -> None:
+        self.capacity = capacity_bytes
+        self.used = 0.0
+        self.lines: OrderedDict[Hashable, float] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.hit_bytes = 0.0
+        self.miss_bytes = 0.0
+
+    def access(self, key: Hashable, nbytes: float) -> bool:
+        """Touch a tile; returns True on a hit. Misses allocate (reads and writes alike)."""
+        lines = self.lines
+        if key in lines:
+            lines.move_to_end(key)
+            self.hits += 1
+            self.hit_bytes += nbytes
+            return True
+        self.misses += 1
+        self.miss_bytes += nbytes
+        lines[key] = nbytes
+        self.used += nbytes
+        while self.used > self.capacity and lines:
+            _, b = lines.popitem(last=False)
+            self.used -= b
+        return False
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hit_bytes + self.miss_bytes
+        return self.hit_bytes / total if total else 0.0
