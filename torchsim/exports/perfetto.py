@@ -1,0 +1,121 @@
+"""Perfetto export: the end-to-end view of predictions and, through `perfetto_detail`, kernel detail views.
+
+End-to-end: a process per device (one per hardware profile when comparing, each aligned at zero), a
+thread track per stream, one slice per kernel with its shapes, cycles and bound as arguments, enclosed in
+phase slices (prefill, decode) and decode-step slices. Timestamps are ns; cycles travel as arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+
+from torchsim.exports.atomic import atomic_output
+from torchsim.exports.perfetto_detail import emit_detail
+from torchsim.exports.records import KernelDetail, KernelRecord, PredictionRecords
+from torchsim.exports.trace_builder import ArgValue, TraceStats, TraceWriter
+
+
+@dataclass(frozen=True, slots=True)
+class TraceReport:
+    """What `write_trace` wrote: its counts, size and how long writing took."""
+
+    path: str
+    stats: TraceStats
+    size_bytes: int
+    write_s: float
+
+
+def kernel_args(k: KernelRecord) -> dict[str, ArgValue]:
+    """The arguments shown for a kernel slice; quantities that were not modelled are left out."""
+    args: dict[str, ArgValue] = {"kind": k.kernel_kind, "shapes": k.shapes_text(), "cycles": k.duration_cycles,
+                                 "start_cycles": k.start_cycles, "duration_us": round(k.duration_us, 4)}
+    optional: dict[str, ArgValue | None] = {
+        "dtype": k.dtype or None, "bound": k.bound, "layer": k.layer, "template": k.template,
+        "flops": k.flops, "dram_bytes": k.dram_bytes, "l2_hit_rate": k.l2_hit_rate,
+        "module_path": k.module_path or None, "source": k.source_line or None,
+    }
+    for unit, frac in sorted((k.unit_busy or {}).items()):
+        optional[f"busy.{unit}"] = round(frac, 4)
+    for reason, cycles in sorted((k.stalls_cycles or {}).items()):
+        optional[f"stall_cycles.{reason}"] = cycles
+    if k.roofline_fallback:
+        optional["roofline_fallback"] = True
+    args.update({key: v for key, v in optional.items() if v is not None})
+    return args
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000.0)
+
+
+def _enclosing(k: KernelRecord) -> list[str]:
+    """Names of the slices that enclose a kernel on its stream track: the phase, then the decode step."""
+    if not k.phase:
+        return []
+    if k.decode_step is None:
+        return [k.phase]
+    return [k.phase, f"decode step {k.decode_step}"]
+
+
+def emit_prediction(w: TraceWriter, pred: PredictionRecords, label: str | None = None) -> None:
+    """One device process for `pred`, its kernels on stream tracks, aligned so the run starts at 0 ns."""
+    run = pred.run
+    name = label or run.device_label or f"{run.hardware}: {run.model}" + (f" ({run.preset})" if run.preset else "")
+    proc = w.process(name)
+    t0_us = min((k.start_us for k in pred.kernels), default=0.0)
+    streams = sorted({k.stream for k in pred.kernels})
+    for stream in streams:
+        track = w.thread(proc, f"stream {stream}")
+        kernels = sorted((k for k in pred.kernels if k.stream == stream), key=lambda k: (k.start_us, k.kernel_index))
+        _emit_stream(w, track, kernels, t0_us, name)
+
+
+def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us: float, device: str) -> None:
+    prev_end = -1
+    prev_name = ""
+    for phase, in_phase in groupby(kernels, key=lambda k: k.phase):
+        in_phase_list = list(in_phase)
+        if phase:
+            w.begin(max(prev_end, _ns(in_phase_list[0].start_us - t0_us)), track, phase)
+        for step, in_step in groupby(in_phase_list, key=lambda k: k.decode_step):
+            step_list = list(in_step)
+            if phase and step is not None:
+                w.begin(max(prev_end, _ns(step_list[0].start_us - t0_us)), track, f"decode step {step}")
+            for k in step_list:
+                start = _ns(k.start_us - t0_us)
+                end = _ns(k.start_us + k.duration_us - t0_us)
+                if start < prev_end:
+                    if prev_end - start > 1:  # more than ns rounding: the stream is not serial
+                        raise ValueError(f"{device}: kernel {k.kernel_index} {k.kernel_name!r} starts at "
+                                         f"{k.start_us} us, before kernel {prev_name!r} on stream {k.stream} ends")
+                    start = prev_end
+                w.slice(start, max(end, start) - start, track, k.kernel_name, kernel_args(k))
+                prev_end, prev_name = max(end, start), k.kernel_name
+            if phase and step is not None:
+                w.end(prev_end, track)
+        if phase:
+            w.end(prev_end, track)
+
+
+def write_trace(path: str | os.PathLike[str], predictions: Sequence[PredictionRecords] = (),
+                details: Sequence[KernelDetail] = (), max_slices_per_detail: int = 250_000) -> TraceReport:
+    """Write one trace atomically: a process per prediction (aligned at 0), then each kernel detail view.
+
+    A detail view of a kernel that is part of a prediction starts at that kernel's start time.
+    """
+    if not predictions and not details:
+        raise ValueError(f"nothing to write to {path}: give at least one prediction or kernel detail")
+    t_start = time.perf_counter()
+    with atomic_output(path) as f:
+        w = TraceWriter(f)
+        for pred in predictions:
+            emit_prediction(w, pred)
+        for detail in details:
+            offset_ns = _ns(detail.kernel.start_us) if predictions else 0
+            emit_detail(w, detail, offset_ns, max_slices=max_slices_per_detail)
+        stats = w.close()
+    return TraceReport(str(path), stats, w.bytes_written, time.perf_counter() - t_start)
