@@ -1,0 +1,127 @@
+"""Routing files: RoutingCounts to and from JSON or Parquet (the format is documented in docs/routing.md).
+
+Read by models.routing.resolve_routing and the `torchsim routing` command; written by `torchsim routing record`.
+Every field is checked on load and errors name the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torchsim.models.routing import RoutingCounts
+
+FORMAT_NAME = "torchsim.routing"
+FORMAT_VERSION = 1
+_PARQUET_META_KEY = b"torchsim.routing"
+
+
+def routing_to_dict(counts: RoutingCounts, *, model: str = "") -> dict[str, Any]:
+    """The JSON object of a routing file (see docs/routing.md)."""
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "model": model, "source": counts.source,
+            "num_experts": counts.num_experts, "top_k": counts.top_k, "tokens": counts.tokens,
+            "tokens_per_expert": [list(row) for row in counts.counts]}
+
+
+def routing_from_dict(obj: Any, *, where: str) -> RoutingCounts:
+    """Parse and check a routing object; `where` (the file name) prefixes every error."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a JSON object with 'tokens_per_expert', got {type(obj).__name__}")  # noqa: TRY004
+    if obj.get("format", FORMAT_NAME) != FORMAT_NAME:
+        raise ValueError(f"{where}: field 'format' is {obj['format']!r}, expected {FORMAT_NAME!r}")
+    if obj.get("version", FORMAT_VERSION) != FORMAT_VERSION:
+        raise ValueError(f"{where}: field 'version' is {obj['version']!r}; this torchsim reads version "
+                         f"{FORMAT_VERSION}")
+    missing = [k for k in ("top_k", "tokens", "tokens_per_expert") if k not in obj]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {missing}; a routing file needs top_k, tokens and "
+                         f"tokens_per_expert (a list per layer of tokens per expert)")
+    rows = obj["tokens_per_expert"]
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
+        raise ValueError(f"{where}: field 'tokens_per_expert' must be a non-empty list of lists "
+                         f"(one list of tokens per expert for each MoE layer)")
+    widths = {len(r) for r in rows}
+    if len(widths) != 1:
+        raise ValueError(f"{where}: layers list different numbers of experts {sorted(widths)}; "
+                         f"every layer must list all experts")
+    num_experts = widths.pop()
+    if "num_experts" in obj and obj["num_experts"] != num_experts:
+        raise ValueError(f"{where}: field 'num_experts' is {obj['num_experts']!r} but each layer lists "
+                         f"{num_experts} experts")
+    try:
+        return RoutingCounts(tuple(tuple(r) for r in rows), num_experts=num_experts, top_k=obj["top_k"],
+                             tokens=obj["tokens"], source=f"file:{where}")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def save_routing(counts: RoutingCounts, path: str | Path, *, model: str = "") -> Path:
+    """Write `counts` as .json or .parquet (chosen by the suffix); returns the path."""
+    path = Path(path)
+    obj = routing_to_dict(counts, model=model)
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        path.write_text(json.dumps(obj, indent=1) + "\n")
+    elif suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = [(layer, expert, c) for layer, row in enumerate(counts.counts) for expert, c in enumerate(row)]
+        meta = {k: v for k, v in obj.items() if k != "tokens_per_expert"}
+        table = pa.table({"layer": pa.array([r[0] for r in rows], pa.int32()),
+                          "expert": pa.array([r[1] for r in rows], pa.int32()),
+                          "tokens": pa.array([r[2] for r in rows], pa.int64())},
+                         metadata={_PARQUET_META_KEY: json.dumps(meta).encode()})
+        pq.write_table(table, path)
+    else:
+        raise ValueError(f"routing file {str(path)!r}: suffix {path.suffix!r} is not .json or .parquet")
+    return path
+
+
+def load_routing(path: str | Path) -> RoutingCounts:
+    """Read a routing file (.json or .parquet) and check it; errors name the file and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"routing file {str(path)!r} does not exist")
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        try:
+            obj = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        return routing_from_dict(obj, where=str(path))
+    if suffix == ".parquet":
+        return routing_from_dict(_parquet_to_dict(path), where=str(path))
+    raise ValueError(f"routing file {str(path)!r}: suffix {path.suffix!r} is not .json or .parquet")
+
+
+def _parquet_to_dict(path: Path) -> dict[str, Any]:
+    """Long table (layer, expert, tokens) + key-value metadata -> the JSON object form."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    need = {"layer", "expert", "tokens"}
+    if not need <= set(table.column_names):
+        raise ValueError(f"{path}: columns {table.column_names}; a routing table needs columns {sorted(need)}")
+    raw = (table.schema.metadata or {}).get(_PARQUET_META_KEY)
+    if raw is None:
+        raise ValueError(f"{path}: no {_PARQUET_META_KEY.decode()!r} key-value metadata (top_k, tokens)")
+    obj: dict[str, Any] = json.loads(raw)
+    layers, experts, tokens = (table.column(c).to_pylist() for c in ("layer", "expert", "tokens"))
+    if any(v is None for v in layers + experts + tokens):
+        raise ValueError(f"{path}: null values in layer/expert/tokens columns")
+    num_layers, num_experts = max(layers) + 1, max(experts) + 1
+    grid: list[list[int | None]] = [[None] * num_experts for _ in range(num_layers)]
+    for layer, expert, count in zip(layers, experts, tokens, strict=True):
+        if layer < 0 or expert < 0:
+            raise ValueError(f"{path}: negative layer or expert index ({layer}, {expert})")
+        if grid[layer][expert] is not None:
+            raise ValueError(f"{path}: layer {layer} expert {expert} appears twice")
+        grid[layer][expert] = count
+    holes = [(i, e) for i, row in enumerate(grid) for e, c in enumerate(row) if c is None]
+    if holes:
+        raise ValueError(f"{path}: no row for (layer, expert) {holes[:5]}{' ...' if len(holes) > 5 else ''}; "
+                         f"every layer needs a count for every expert (0 is allowed)")
+    obj["tokens_per_expert"] = grid
+    return obj
