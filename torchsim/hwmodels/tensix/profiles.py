@@ -1,0 +1,237 @@
+"""Tensix device profiles: Wormhole n150, n300 (one chip of the pair) and Blackhole p150 (grid set by firmware).
+
+Hardware data for the Tensix resource models (noc.py, core.py) and templates; registered with the profile
+registry through `TENSIX_PROFILES`. Every number is a Quantity whose source names a row of
+../shared/hardware/facts.csv ("facts.csv DEVICE parameter") or a Tenstorrent document and section.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from enum import Enum
+from typing import Any
+
+from torchsim.graph.kinds import DType, Unit
+from torchsim.hwmodels.quantity import Quantity
+from torchsim.hwmodels.tensix import facts as F
+from torchsim.hwmodels.tensix.formats import TENSIX_FORMATS, default_fidelity
+
+XY = tuple[int, int]
+
+
+class TensixChip(Enum):
+    WORMHOLE_B0 = "wormhole_b0"
+    BLACKHOLE = "blackhole"
+
+
+class BlackholeFirmware(Enum):
+    """Which p150 firmware the card runs: it sets how many Tensix are enabled (facts.csv conflict 3)."""
+
+    LAUNCH = "launch"  # 140 Tensix enabled, tt-metal compute grid 13x10 (GEMM_FLOPS.md P150 tables)
+    FW_19_5 = "19.5"  # firmware v19.5.0 (Jan 2026): 120 enabled, compute grid 11x10 (BringUp guide)
+
+
+@dataclass(frozen=True)
+class TensixProfile:
+    """One Tensix chip: compute grid, per-core units, NoC, DRAM. Quantities carry units and provenance."""
+
+    name: str
+    chip: TensixChip
+    description: str
+    firmware: str
+    clock_hz: Quantity
+    noc_grid_x: Quantity
+    noc_grid_y: Quantity
+    tensix_enabled: Quantity
+    compute_grid_x: Quantity
+    compute_grid_y: Quantity
+    l1_bytes_per_core: Quantity
+    l1_reserved_bytes: Quantity  # firmware, mailboxes, kernel binaries below the allocator's base
+    dst_bytes: Quantity
+    fpu_flop_per_clk_per_phase: Quantity
+    fpu_latency_cycles: Quantity
+    fpu_eltwise_add_datums_per_clk: Quantity
+    fpu_eltwise_mul_datums_per_clk: Quantity
+    fpu_reduce_flop_per_clk: Quantity
+    sfpu_lanes: Quantity
+    sfpu_latency_cycles: Quantity
+    unpackers: Quantity
+    unpacker_bytes_per_clk: Quantity
+    unpack_setup_cycles: Quantity
+    packers: Quantity
+    packer_bytes_per_clk: Quantity
+    riscv_l1_load_cycles: Quantity
+    tensix_push_cycles: Quantity
+    llk_call_cycles: Quantity
+    noc_flit_bytes: Quantity
+    noc_max_packet_bytes: Quantity
+    noc_hop_cycles: Quantity
+    noc_niu_cycles: Quantity
+    noc_niu_bytes_per_clk: Quantity
+    noc_transaction_min_cycles: Quantity
+    noc_read_endpoint_cycles: Quantity
+    dram_banks: Quantity
+    dram_bank_bytes_per_s: Quantity
+    dram_bytes: Quantity
+    dram_latency_cycles: Quantity
+    kernel_launch_cycles: Quantity
+    launch_overhead_s: Quantity
+    worker_xy: tuple[XY, ...]  # NoC coordinates of the compute grid, row-major (y outer)
+    dram_bank_xy: tuple[XY, ...]  # the NoC endpoint workers use for each DRAM bank
+    placement_source: str
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Quantity) and v.value < 0:
+                raise ValueError(f"profile {self.name!r}: field {f.name} is negative ({v.value} {v.unit})")
+        gx, gy = self.grid
+        if len(self.worker_xy) != gx * gy:
+            raise ValueError(f"profile {self.name!r}: {len(self.worker_xy)} worker coordinates for a {gx}x{gy} grid")
+        if gx * gy > int(self.tensix_enabled):
+            raise ValueError(f"profile {self.name!r}: compute grid {gx}x{gy} exceeds the "
+                             f"{int(self.tensix_enabled)} enabled Tensix cores")
+        if len(self.dram_bank_xy) != int(self.dram_banks):
+            raise ValueError(f"profile {self.name!r}: {len(self.dram_bank_xy)} DRAM endpoints for "
+                             f"{int(self.dram_banks)} banks")
+        nx, ny = int(self.noc_grid_x), int(self.noc_grid_y)
+        for x, y in self.worker_xy + self.dram_bank_xy:
+            if not (0 <= x < nx and 0 <= y < ny):
+                raise ValueError(f"profile {self.name!r}: NoC coordinate ({x},{y}) outside the {nx}x{ny} grid")
+
+    # -- the interface the rest of torchsim reads (shared with GpuProfile) ---------------------------------
+    @property
+    def arch(self) -> Any:
+        from torchsim.hwmodels.gpu import Arch  # lazy: the registry imports this module
+        return Arch.TENSIX
+
+    @property
+    def grid(self) -> XY:
+        return int(self.compute_grid_x), int(self.compute_grid_y)
+
+    @property
+    def sm_count(self) -> Quantity:
+        gx, gy = self.grid
+        return Quantity(gx * gy, "cores", "derived", f"compute grid {gx}x{gy} ({self.compute_grid_x.source})")
+
+    @property
+    def sms(self) -> int:
+        gx, gy = self.grid
+        return gx * gy
+
+    @property
+    def clock_hz_value(self) -> float:
+        return float(self.clock_hz)
+
+    @property
+    def dram_peak_bytes_per_s(self) -> Quantity:
+        return Quantity(float(self.dram_banks) * float(self.dram_bank_bytes_per_s), "B/s", "derived",
+                        f"{int(self.dram_banks)} banks x {self.dram_bank_bytes_per_s.source}")
+
+    @property
+    def dram_bytes_per_s_value(self) -> float:
+        return float(self.dram_banks) * float(self.dram_bank_bytes_per_s)
+
+    @property
+    def launch_overhead_s_value(self) -> float:
+        return float(self.launch_overhead_s)
+
+    @property
+    def units(self) -> frozenset[Unit]:
+        return frozenset({Unit.NONE, Unit.UNPACKER, Unit.FPU, Unit.SFPU, Unit.PACKER, Unit.NOC})
+
+    def supports(self, dtype: DType) -> bool:
+        return dtype in TENSIX_FORMATS
+
+    def peak_tensor_flops_per_s(self, dtype: DType, fidelity: Any = None) -> float:
+        """Matrix-unit peak of the compute grid at `fidelity` (default: the format's usual fidelity)."""
+        phases = (fidelity or default_fidelity(dtype)).phases
+        return float(self.fpu_flop_per_clk_per_phase) / phases * self.sms * self.clock_hz_value
+
+    def with_grid(self, gx: int, gy: int) -> TensixProfile:
+        """The same chip computing on a `gx` x `gy` sub-grid; larger than the compute grid is a ValueError."""
+        mx, my = self.grid
+        if gx <= 0 or gy <= 0 or gx > mx or gy > my:
+            raise ValueError(f"grid {gx}x{gy} does not fit {self.name}: its compute grid is {mx}x{my} "
+                             f"({int(self.tensix_enabled)} Tensix enabled, firmware {self.firmware}); "
+                             f"valid grids are 1x1 .. {mx}x{my}")
+        xy = tuple(p for p in self.worker_xy if p[0] in self._cols()[:gx] and p[1] in self._rows()[:gy])
+        src = f"sub-grid {gx}x{gy} of {self.name}"
+        return replace(self, compute_grid_x=Quantity(gx, "cores", "derived", src),
+                       compute_grid_y=Quantity(gy, "cores", "derived", src), worker_xy=xy)
+
+    def _cols(self) -> list[int]:
+        return sorted({x for x, _ in self.worker_xy})
+
+    def _rows(self) -> list[int]:
+        return sorted({y for _, y in self.worker_xy})
+
+    def core_xy(self, core: int) -> XY:
+        """NoC coordinate of logical core `core` (row-major over the compute grid)."""
+        return self.worker_xy[core]
+
+    def quantities(self) -> dict[str, Quantity]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Quantity)}
+
+    def numbers_hash(self) -> str:
+        blob = json.dumps({"q": {k: [q.value, q.unit] for k, q in self.quantities().items()},
+                           "xy": [self.worker_xy, self.dram_bank_xy]}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _grid_xy(cols: list[int], rows: list[int]) -> tuple[XY, ...]:
+    return tuple((x, y) for y in rows for x in cols)
+
+
+def wormhole_n150() -> TensixProfile:
+    """Wormhole n150: one Wormhole B0 ASIC, 72 Tensix enabled, tt-metal computes on 8x8."""
+    return TensixProfile(
+        name="wormhole-n150", chip=TensixChip.WORMHOLE_B0, firmware="any",
+        description="Tenstorrent Wormhole n150 (one Wormhole B0 ASIC, 72 Tensix, 8x8 compute grid, 12 GB GDDR6)",
+        worker_xy=_grid_xy(F.WH_WORKER_COLS, F.WH_WORKER_ROWS[:8]), dram_bank_xy=F.WH_DRAM_WORKER_ENDPOINTS,
+        placement_source=F.WH_PLACEMENT, **F.wormhole_numbers())
+
+
+def wormhole_n300() -> TensixProfile:
+    """One chip of a Wormhole n300 board: single-device work only; the second chip and the link are not modelled."""
+    return replace(
+        wormhole_n150(), name="wormhole-n300",
+        description="Tenstorrent Wormhole n300, ONE of its two Wormhole B0 chips (64 Tensix enabled per chip, "
+                    "8x8 compute grid, 12 GB GDDR6 per chip); the second chip and the ethernet link between them "
+                    "are not modelled, so this is single-device work on one chip",
+        tensix_enabled=Quantity(64, "cores", "documented", F.fact(F.WH, "grid.tensix_enabled_by_product") +
+                                " (n300 = 2 x 64)"))
+
+
+def blackhole_p150(firmware: BlackholeFirmware | str = BlackholeFirmware.FW_19_5) -> TensixProfile:
+    """Blackhole p150; `firmware` decides the enabled Tensix (140 at launch, 120 from v19.5.0) and the grid."""
+    try:
+        fw = BlackholeFirmware(firmware) if isinstance(firmware, str) else firmware
+    except ValueError:
+        valid = ", ".join(f.value for f in BlackholeFirmware)
+        raise ValueError(f"unknown Blackhole firmware {firmware!r}; valid: {valid}") from None
+    enabled, gx, note = (140, 13, "launch firmware") if fw is BlackholeFirmware.LAUNCH else (120, 11, "FW v19.5.0")
+    grid_src = F.fact(F.BH, "grid.compute_grid_used_by_tt-metal") + f" ({note}: one enabled column does dispatch)"
+    name = "blackhole-p150" if fw is BlackholeFirmware.FW_19_5 else "blackhole-p150-launch"
+    numbers = F.blackhole_numbers() | {
+        "tensix_enabled": Quantity(enabled, "cores", "documented", F.fact(F.BH, "grid.tensix_enabled_by_product")),
+        "compute_grid_x": Quantity(gx, "cores", "documented", grid_src),
+        "compute_grid_y": Quantity(10, "cores", "documented", grid_src),
+    }
+    return TensixProfile(
+        name=name, chip=TensixChip.BLACKHOLE, firmware=fw.value,
+        description=f"Tenstorrent Blackhole p150 ({note}: {enabled} Tensix enabled, {gx}x10 compute grid, "
+                    "32 GB GDDR6)",
+        worker_xy=_grid_xy(F.BH_WORKER_COLS[:gx], F.BH_WORKER_ROWS), dram_bank_xy=F.BH_DRAM_WORKER_ENDPOINTS,
+        placement_source=F.BH_PLACEMENT, **numbers)
+
+
+TENSIX_PROFILES: dict[str, Callable[[], TensixProfile]] = {
+    "wormhole-n150": wormhole_n150,
+    "wormhole-n300": wormhole_n300,
+    "blackhole-p150": blackhole_p150,
+    "blackhole-p150-launch": lambda: blackhole_p150(BlackholeFirmware.LAUNCH),
+}
