@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Canonical names of the per-unit busy fractions and the wait reasons, as exported.
-UNITS = ("tensor", "fma", "sfu", "ldst", "tma")
-STALL_REASONS = ("data", "order", "unit_busy", "memory_queue")
+UNITS = ("tensor", "fma", "sfu", "ldst", "tma", "tmem", "l2", "dram")
+STALL_REASONS = ("data", "order", "barrier", "unit_busy", "issue", "memory_queue")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from torchsim.exports.records import Dependency, KernelDetail, KernelRecord, NodeEvent, PredictionRecords, RunInfo
+from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, Unit, aff
 from torchsim.hwmodels.quantity import Quantity, assumed
 
 _LAYER = (("input_norm", "rmsnorm", 0.02), ("qkv_proj", "gemm", 0.12), ("rope", "rope", 0.02),
@@ -105,3 +108,40 @@ def synthetic_detail(num_sms: int = 8, ctas: int = 12, k_steps: int = 6, hardwar
                           l2_hit_rate=0.4, unit_busy={"tensor": 0.6, "tma": 0.4}, bound="compute")
     run = RunInfo(run_id=f"gemm-{hardware}", model="", hardware=hardware)
     return KernelDetail(kernel, run, num_sms, events, deps)
+
+
+def toy_ws_gemm(m_tiles: int = 4, n_tiles: int = 4, k_steps: int = 8, stages: int = 2) -> KernelGraph:
+    """A small warp-specialized GEMM tile graph for exercising the engine-to-export path.
+
+    Per CTA (128x256 output tile): a producer warp TMA-loads A and B per k-step into `stages` buffers; two
+    consumer warp groups each run an MMA on half the tile, then arrive on the buffer's `empty` barrier,
+    which the producer waits on before reusing the buffer; finally each consumer stores its half.
+    """
+    b = GraphBuilder("toy_ws_gemm")
+    prod = b.group("producer", num_warps=1)
+    cons = [b.group(f"consumer{i}", first_warp=4 + 4 * i, num_warps=4) for i in range(2)]
+    empty = [b.barrier(f"empty{s}", expected=2) for s in range(stages)]
+    last_mma: list[int] = [-1, -1]
+    for ks in range(k_steps):
+        s = ks % stages
+        if ks >= stages:
+            b.node(prod, Op.BARRIER_WAIT, Unit.NONE, barrier=empty[s], phase=ks // stages - 1, name=f"wait_empty{ks}")
+        a_tile = TileDesc(Space.GLOBAL, DType.BF16, (128, 64), "A", (aff(m=1), aff(ks)))
+        b_tile = TileDesc(Space.GLOBAL, DType.BF16, (64, 256), "B", (aff(ks), aff(n=1)))
+        la = b.node(prod, Op.TMA_LOAD, Unit.TMA, work=a_tile.nbytes, tile=a_tile, name=f"tma_A{ks}")
+        lb = b.node(prod, Op.TMA_LOAD, Unit.TMA, work=b_tile.nbytes, tile=b_tile, name=f"tma_B{ks}")
+        for i, g in enumerate(cons):
+            mm = b.node(g, Op.MMA, Unit.TENSOR, work=2.0 * 64 * 128 * 128, name=f"mma{ks}")
+            b.data(la, mm)
+            b.data(lb, mm)
+            arrive = b.node(g, Op.BARRIER_ARRIVE, Unit.NONE, barrier=empty[s], name=f"release{ks}")
+            b.data(mm, arrive)
+            last_mma[i] = mm
+    for i, g in enumerate(cons):
+        c_tile = TileDesc(Space.GLOBAL, DType.BF16, (64, 256), "C", (aff(i, m=2), aff(n=1)))
+        st = b.node(g, Op.TMA_STORE, Unit.TMA, work=c_tile.nbytes, tile=c_tile, name="store_C")
+        b.data(last_mma[i], st)
+    params = np.array([[m, n] for m in range(m_tiles) for n in range(n_tiles)], dtype=np.int64)
+    cls = CtaClass(b.build(), params, ("m", "n"), threads=384)
+    m, n, k = 128 * m_tiles, 256 * n_tiles, 64 * k_steps
+    return KernelGraph(f"toy_gemm_{m}x{n}x{k}", (cls,), flops=2.0 * m * n * k, dram_bytes=2.0 * (m * k + k * n + m * n))

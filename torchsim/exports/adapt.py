@@ -1,0 +1,112 @@
+"""Turn engine output into export records: a `KernelResult` (+ its `KernelGraph`) into a KernelRecord and,
+when the run recorded node events, a KernelDetail with per-node bytes and cross-group dependencies.
+
+Sits between `torchsim.sim` and the writers (parquet, perfetto, report), which read only records.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from torchsim.exports.records import Dependency, KernelDetail, KernelRecord, NodeEvent, RunInfo
+from torchsim.graph import Edge, KernelGraph, Op, Space, TileGraph
+from torchsim.graph.kinds import GLOBAL_READS, GLOBAL_WRITES
+
+if TYPE_CHECKING:
+    from torchsim.lowering.kernel_call import KernelCall
+    from torchsim.sim.result import KernelResult, NodeRecord
+
+_GLOBAL_OPS = GLOBAL_READS | GLOBAL_WRITES
+
+
+def kernel_record(result: KernelResult, *, index: int = 0, call: KernelCall | None = None, start_cycles: int = 0,
+                  start_us: float = 0.0, template: str | None = None,
+                  template_config: Mapping[str, Any] | None = None) -> KernelRecord:
+    """The export row of one simulated kernel; `call` supplies where it came from (name, phase, layer, source)."""
+    return KernelRecord(
+        kernel_index=index,
+        kernel_name=(call.name if call is not None and call.name else result.name),
+        kernel_kind=call.kind.value if call is not None else str(result.attrs.get("kind", "")),
+        phase=call.phase if call is not None else "",
+        layer=call.layer if call is not None else None,
+        stream=call.stream if call is not None else 0,
+        module_path=call.module_path if call is not None else "",
+        source_line=call.source if call is not None else "",
+        dtype=call.dtype.name.lower() if call is not None else "",
+        params=call.params if call is not None else (),
+        start_cycles=start_cycles, duration_cycles=int(result.cycles), clock_hz=float(result.clock_hz),
+        start_us=start_us, duration_us=result.time_us,
+        template=template if template is not None else result.attrs.get("template"),
+        template_config=template_config if template_config is not None else result.attrs.get("config"),
+        flops=float(result.flops), dram_bytes=float(result.dram_bytes), l2_hit_rate=float(result.l2_hit_rate),
+        unit_busy=dict(result.unit_busy), stalls_cycles=dict(result.stalls), bound=result.bound,
+        roofline_fallback=False,
+    )
+
+
+def _global_bytes(graph: TileGraph, node: int) -> float | None:
+    """Bytes a node moves to/from global memory (its work), None for nodes that do not touch global memory."""
+    if Op(int(graph.op[node])) not in _GLOBAL_OPS:
+        return None
+    tile = int(graph.tile[node])
+    if tile >= 0 and graph.tiles[tile].space is not Space.GLOBAL:
+        return None
+    return float(graph.work[node])
+
+
+def _event(rec: NodeRecord, graph: TileGraph | None) -> NodeEvent:
+    dram = getattr(rec, "dram_bytes", None)  # recorded by engines that attribute DRAM traffic per node
+    return NodeEvent(
+        sm=rec.sm, cta=rec.cta, group=rec.group, node=rec.name, op=rec.op, unit=rec.unit,
+        issue_cycle=rec.issue, start_cycle=rec.start, end_cycle=rec.end,
+        wait_reason=None if rec.wait_reason in ("none", "") else rec.wait_reason, wait_cycles=rec.wait_cycles,
+        node_index=rec.node, global_bytes=_global_bytes(graph, rec.node) if graph is not None else None,
+        dram_bytes=None if dram is None else float(dram),
+    )
+
+
+def dependencies(events: list[NodeEvent], records: tuple[NodeRecord, ...],
+                 graphs: Mapping[str, TileGraph]) -> list[Dependency]:
+    """Cross-group edges of each CTA (data and order) plus barrier arrive -> the waits it released."""
+    index: dict[tuple[int, int], int] = {(r.cta, r.node): i for i, r in enumerate(records)}
+    by_cta: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        by_cta[r.cta].append(i)
+    deps: list[Dependency] = []
+    for cta, idxs in by_cta.items():
+        g = graphs.get(records[idxs[0]].cta_class)
+        if g is None:
+            continue
+        for s, d, k in zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_kind.tolist()):
+            if g.group[s] == g.group[d]:
+                continue
+            src, dst = index.get((cta, s)), index.get((cta, d))
+            if src is not None and dst is not None:
+                deps.append(Dependency(src, dst, "data" if k == Edge.DATA else "order"))
+        arrives: dict[tuple[int, int], int] = {}  # (barrier, issue cycle) -> event of the last arrival then
+        for i in idxs:
+            node = records[i].node
+            if g.op[node] == Op.BARRIER_ARRIVE and g.barrier[node] >= 0:
+                arrives[(int(g.barrier[node]), records[i].issue)] = i
+        for i in idxs:
+            node = records[i].node
+            if g.op[node] == Op.BARRIER_WAIT and records[i].wait_reason == "barrier":
+                src = arrives.get((int(g.barrier[node]), records[i].ready))
+                if src is not None and events[src].group != events[i].group:
+                    deps.append(Dependency(src, i, "barrier"))
+    return deps
+
+
+def kernel_detail(result: KernelResult, kernel: KernelGraph, run: RunInfo,
+                  record: KernelRecord | None = None) -> KernelDetail:
+    """The detail-view input of a result simulated with `record=True`."""
+    if result.records is None:
+        raise ValueError(f"kernel {result.name!r} was simulated without node records; "
+                         "call simulate(kernel, hw, record=True) for a detail view or a nodes table")
+    graphs = {c.graph.name: c.graph for c in kernel.classes}
+    records = result.records
+    events = [_event(r, graphs.get(r.cta_class)) for r in records]
+    num_sms = int(result.attrs.get("sms", max((e.sm for e in events), default=0) + 1))
+    return KernelDetail(record or kernel_record(result), run, num_sms, events, dependencies(events, records, graphs))
