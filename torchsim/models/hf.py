@@ -70,6 +70,9 @@ def from_hf_config(hf_cfg: Any, name: str = "") -> TorchsimConfig:
     rope = data.get("rope_parameters") or {}
     if "rope_theta" not in data and isinstance(rope, dict) and "rope_theta" in rope:
         data["rope_theta"] = rope["rope_theta"]
+    heads = data.get("num_attention_heads")
+    if isinstance(heads, int) and heads > 0 and data.get("head_dim") == data.get("hidden_size", 0) // heads:
+        data.pop("head_dim")  # HF always writes the default head_dim; torchsim keeps None for "hidden / heads"
     model_type = data.get("model_type", "")
     if model_type == "mixtral":
         return MixtralConfig.from_dict(data, name or "hf-mixtral")
@@ -101,7 +104,8 @@ def hf_step_kwargs(model: Any, batch: int, q_len: int, past_len: int = 0) -> dic
     """torch.export kwargs for one step of an HF causal LM: `q_len` new tokens after a `past_len` KV cache.
 
     past_len 0: `input_ids` and `use_cache=False` (prefill). Otherwise a DynamicCache of `past_len` entries per
-    layer is passed (registered as an export input via transformers' executorch helper).
+    layer is passed (registered as an export input via transformers' executorch helper). `logits_to_keep=1`:
+    the LM head runs on each sequence's last token only, as serving runtimes (and torchsim's own models) do.
     """
     for label, n in (("batch", batch), ("q_len", q_len)):
         if n <= 0:
@@ -113,7 +117,7 @@ def hf_step_kwargs(model: Any, batch: int, q_len: int, past_len: int = 0) -> dic
     weight = model.get_input_embeddings().weight
     ids = torch.zeros(batch, q_len, dtype=torch.long, device=weight.device)
     if past_len == 0:
-        return {"input_ids": ids, "use_cache": False}
+        return {"input_ids": ids, "use_cache": False, "logits_to_keep": 1}
     from transformers.integrations.executorch import register_dynamic_cache_export_support
 
     register_dynamic_cache_export_support()
@@ -122,7 +126,7 @@ def hf_step_kwargs(model: Any, batch: int, q_len: int, past_len: int = 0) -> dic
     for layer in range(cfg.num_hidden_layers):
         kv = torch.zeros(batch, cfg.num_key_value_heads, past_len, head_dim, dtype=weight.dtype, device=weight.device)
         cache.update(kv, kv.clone(), layer)
-    return {"input_ids": ids, "past_key_values": cache, "use_cache": True}
+    return {"input_ids": ids, "past_key_values": cache, "use_cache": True, "logits_to_keep": 1}
 
 
 def export_hf(model: Any, batch: int, q_len: int, past_len: int = 0) -> torch.export.ExportedProgram:

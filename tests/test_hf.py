@@ -1,0 +1,113 @@
+"""HF transformers models (the optional `hf` extra): config mapping, meta build + export, routing from checkpoints.
+
+Skipped, with the reason printed by `pytest -rs`, when transformers is not installed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
+from torchsim.models.mixtral import build_mixtral, mixtral_config
+from torchsim.models.registry import get_config
+
+
+def test_missing_transformers_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchsim.models import hf
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ImportError, match=r"pip install 'torchsim\[hf\]'"):
+        hf.require_transformers()
+
+
+transformers = pytest.importorskip("transformers", minversion="5.0",
+                                   reason="transformers>=5 not installed (optional extra torchsim[hf])")
+from torchsim.models import hf
+
+LINEAR, SDPA, GROUPED_MM = (torch.ops.aten.linear.default, torch.ops.aten.scaled_dot_product_attention.default,
+                            torch.ops.aten._grouped_mm.default)
+
+
+def _signature(ep: torch.export.ExportedProgram) -> Counter[tuple[object, ...]]:
+    """Op kind + operand shapes of the compute ops that become kernels (GEMMs, attention, grouped GEMMs)."""
+    sig: Counter[tuple[object, ...]] = Counter()
+    for n in ep.graph.nodes:
+        if n.target in (LINEAR, SDPA, GROUPED_MM):
+            shapes = tuple(tuple(a.meta["val"].shape) for a in n.args[:3] if isinstance(a, torch.fx.Node))
+            sig[(str(n.target), shapes, bool(n.kwargs.get("enable_gqa", False)))] += 1
+    return sig
+
+
+def test_config_mapping_round_trips() -> None:
+    for name in ("llama3-8b", "mixtral-8x7b"):
+        cfg = get_config(name)
+        hf_cfg = hf.to_hf_config(cfg)
+        assert hf_cfg.hidden_size == cfg.hidden_size and hf_cfg.num_key_value_heads == cfg.num_key_value_heads
+        assert hf_cfg.rope_parameters["rope_theta"] == cfg.rope_theta
+        assert hf.from_hf_config(hf_cfg, name) == cfg
+    mix = hf.to_hf_config(get_config("mixtral-8x7b"))
+    assert (mix.num_local_experts, mix.num_experts_per_tok, mix._experts_implementation) == (8, 2, "grouped_mm")
+
+
+@pytest.mark.parametrize("past", [0, 256])
+def test_hf_llama_exports_on_meta_like_torchsim_llama(past: int) -> None:
+    cfg = replace(get_config("llama3-8b"), num_hidden_layers=1)
+    q_len = 1 if past else 128
+    model = hf.build_hf_model(cfg)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert all(p.device.type == "meta" for p in model.parameters())
+    ep_hf = hf.export_hf(model, 2, q_len, past)
+    with torch.device("meta"):
+        own = LlamaForCausalLM(cfg)
+    ep_own = torch.export.export(own, (), kwargs=own.step_inputs(2, q_len, past))
+    assert _signature(ep_hf) == _signature(ep_own)
+    sdpa = [k for k in _signature(ep_hf) if "scaled_dot_product" in str(k[0])]
+    assert sdpa == [(str(SDPA), ((2, 32, q_len, 128), (2, 8, past + q_len, 128), (2, 8, past + q_len, 128)), True)]
+
+
+def test_hf_mixtral_grouped_gemms_match_torchsim_mixtral() -> None:
+    cfg = mixtral_config("mixtral-8x7b").with_layers(1)
+    model = hf.build_hf_model(cfg)
+    ep_hf = hf.export_hf(model, 1, 64)
+    own = build_mixtral(cfg)
+    ep_own = torch.export.export(own, (), kwargs=own.step_inputs(1, 64, 0))
+    sig_hf, sig_own = _signature(ep_hf), _signature(ep_own)
+    assert sig_hf == sig_own
+    assert sum(v for k, v in sig_hf.items() if k[0] == str(GROUPED_MM)) == 2
+
+
+def _tiny_hf_mixtral() -> Any:
+    cfg = hf.to_hf_config(mixtral_config("mixtral-tiny"))
+    torch.manual_seed(0)
+    return transformers.MixtralForCausalLM(cfg).eval()
+
+
+def test_routing_recorded_from_a_local_checkpoint(tmp_path: Path) -> None:
+    from torchsim.models.routing_hook import find_routers, record_routing, record_routing_from_checkpoint
+
+    model = _tiny_hf_mixtral()
+    assert [r.name for r in find_routers(model)] == ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"]
+    tokens = torch.randint(0, 1000, (4, 64), generator=torch.Generator().manual_seed(2))
+    in_memory = record_routing(model, [tokens])
+    model.save_pretrained(tmp_path / "ckpt")
+    loaded = record_routing_from_checkpoint(tmp_path / "ckpt", tokens, batch_tokens=128, dtype=torch.float32)
+    print("\n" + loaded.describe())
+    assert loaded.counts == in_memory.counts
+    assert all(sum(row) == 256 * 2 for row in loaded.counts) and loaded.tokens == 256
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        record_routing_from_checkpoint(tmp_path, tokens)
+
+
+def test_hf_llama_config_json_is_read_by_the_registry(tmp_path: Path) -> None:
+    cfg = replace(get_config("llama3-8b"), name="ckpt")
+    hf.to_hf_config(cfg).save_pretrained(tmp_path / "ckpt")  # v5 writes rope_parameters, not rope_theta
+    loaded = get_config(tmp_path / "ckpt" / "config.json")
+    assert isinstance(loaded, LlamaConfig)
+    assert (loaded.hidden_size, loaded.num_key_value_heads, loaded.intermediate_size) == (4096, 8, 14336)
