@@ -131,7 +131,14 @@ def arrow_schema(columns: Sequence[Column], metadata: Mapping[str, str] | None =
 
 
 def profile_hash(profile: Any) -> str:
-    """SHA-256 of a profile's numbers (values and units, by field path); provenance text does not count."""
+    """Hash of a profile's numbers (values and units); provenance text does not count.
+
+    Uses the profile's own `numbers_hash()` where it has one (the same key memoisation uses), else a SHA-256
+    over every number reachable through its dataclass fields.
+    """
+    own = getattr(profile, "numbers_hash", None)
+    if callable(own):
+        return str(own())
     items: list[tuple[str, Any]] = []
     _collect_numbers(profile, "", items)
     blob = json.dumps(sorted(items, key=lambda kv: kv[0]), separators=(",", ":"))
