@@ -187,3 +187,32 @@ def test_allocate_is_exact_and_capped(weights: list[float], tokens: int, top_k: 
     row = allocate(np.asarray(weights), tokens, top_k)
     assert sum(row) == tokens * top_k
     assert all(0 <= c <= tokens for c in row)
+
+
+# --- docs and command line ------------------------------------------------------------------------------------
+
+def test_the_documented_json_example_loads(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "routing.md").read_text()
+    example = doc.split("```json\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "example.json").write_text(example)
+    counts = load_routing(tmp_path / "example.json")
+    assert (counts.num_layers, counts.num_experts, counts.top_k, counts.tokens) == (2, 8, 2, 256)
+
+
+def test_cli_records_then_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from torchsim.cli import routing as cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="command"))
+    out = tmp_path / "r.parquet"
+    args = parser.parse_args(["routing", "record", "--model", "mixtral-micro", "--batch", "2", "--seq", "8", "-o",
+                              str(out)])
+    assert args.func(args) == 0
+    recorded = load_routing(out)
+    assert (recorded.tokens, recorded.num_experts, recorded.num_layers) == (16, 4, 2)
+    args = parser.parse_args(["routing", "show", str(out), "--tokens", "32"])
+    assert args.func(args) == 0
+    shown = capsys.readouterr().out
+    assert "tokens=32" in shown and f"layer   1: {list(recorded.scaled(32).layer(1))}" in shown

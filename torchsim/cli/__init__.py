@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("hw", "kernel")
+COMMANDS = ("hw", "kernel", "routing")
 
 
 class UsageError(ValueError):

@@ -1,0 +1,96 @@
+"""`torchsim routing record|show`: record MoE routing counts into a file, or print a file or a pattern.
+
+Front end of models.routing_hook (record), models.routing_io (files) and models.routing_synthetic (patterns);
+the file written here is what `torchsim predict --routing FILE` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from torchsim.cli import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("routing", help="record or show MoE routing counts (tokens per expert per layer)")
+    sub = parser.add_subparsers(dest="routing_command", required=True)
+    rec = sub.add_parser("record", help="run an MoE model's routers on token inputs and save the counts")
+    src = rec.add_mutually_exclusive_group()
+    src.add_argument("--model", default="mixtral-tiny",
+                     help="torchsim MoE config run on CPU with random-init weights (default: mixtral-tiny)")
+    src.add_argument("--checkpoint", type=Path, help="local HF MoE checkpoint directory (from_pretrained, no download)")
+    rec.add_argument("--text", type=Path, help="text file to tokenize with the checkpoint's tokenizer")
+    rec.add_argument("--batch", type=int, default=4, help="sequences of random token ids (default 4)")
+    rec.add_argument("--seq", type=int, default=64, help="tokens per sequence (default 64)")
+    rec.add_argument("--seed", type=int, default=0, help="seed for weights and token ids (default 0)")
+    rec.add_argument("-o", "--output", type=Path, required=True, help="routing file to write (.json or .parquet)")
+    rec.set_defaults(func=_record)
+    show = sub.add_parser("show", help="print a routing file or a synthetic pattern")
+    show.add_argument("source", help="a .json/.parquet routing file, or balanced|skewed|zipf[:s]|dirichlet[:alpha]")
+    show.add_argument("--model", default="mixtral-8x7b", help="model whose layers/experts a pattern is sized for")
+    show.add_argument("--tokens", type=int, default=0, help="tokens to route (default: the file's own count; 2048 "
+                      "for patterns)")
+    show.add_argument("--seed", type=int, default=0, help="seed of the random patterns (default 0)")
+    show.set_defaults(func=_show)
+
+
+def _token_ids(args: argparse.Namespace, vocab_size: int) -> torch.Tensor:
+    if args.batch <= 0 or args.seq <= 0:
+        raise UsageError(f"--batch and --seq must be > 0, got {args.batch} and {args.seq}")
+    return torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
+
+
+def _record(args: argparse.Namespace) -> int:
+    from torchsim.models.routing_hook import record_routing, record_routing_from_checkpoint
+    from torchsim.models.routing_io import save_routing
+
+    if args.checkpoint is not None:
+        from torchsim.models.hf import require_transformers
+
+        transformers = require_transformers()
+        if args.text is not None:
+            tok = transformers.AutoTokenizer.from_pretrained(str(args.checkpoint), local_files_only=True)
+            ids = tok(args.text.read_text(), return_tensors="pt")["input_ids"]
+        else:
+            cfg = transformers.AutoConfig.from_pretrained(str(args.checkpoint), local_files_only=True)
+            ids = _token_ids(args, int(cfg.vocab_size))
+        counts = record_routing_from_checkpoint(args.checkpoint, ids)
+        model_name = args.checkpoint.name
+    else:
+        if args.text is not None:
+            raise UsageError("--text needs --checkpoint (a tokenizer); torchsim's own models take random token ids")
+        from torchsim.models.mixtral import MixtralConfig, build_mixtral
+        from torchsim.models.registry import get_config
+
+        cfg = get_config(args.model)
+        if not isinstance(cfg, MixtralConfig):
+            raise UsageError(f"model {args.model!r} has no MoE layers; give a Mixtral-family config")
+        model = build_mixtral(cfg, device="cpu", dtype=torch.float32, seed=args.seed)
+        counts = record_routing(model, [_token_ids(args, cfg.vocab_size)], source=f"hook:{args.model}")
+        model_name = args.model
+    path = save_routing(counts, args.output, model=model_name)
+    print(counts.describe())
+    print(f"wrote {path}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from torchsim.models.mixtral import MixtralConfig
+    from torchsim.models.registry import get_config
+    from torchsim.models.routing import resolve_routing
+    from torchsim.models.routing_io import load_routing
+
+    if Path(args.source).suffix.lower() in (".json", ".parquet"):
+        counts = load_routing(args.source)
+        print((counts.scaled(args.tokens) if args.tokens else counts).describe())
+        return 0
+    cfg = get_config(args.model)
+    if not isinstance(cfg, MixtralConfig):
+        raise UsageError(f"model {args.model!r} has no MoE layers; give a Mixtral-family config")
+    counts = resolve_routing(args.source, num_layers=cfg.num_hidden_layers, num_experts=cfg.num_local_experts,
+                             top_k=cfg.num_experts_per_tok, tokens=args.tokens or 2048, seed=args.seed)
+    print(counts.describe())
+    return 0
