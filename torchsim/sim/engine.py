@@ -107,15 +107,25 @@ class _Engine:
         if tensor_rate <= 0 and any(Unit.TENSOR in p.unit for p in self.preps):
             raise ValueError(f"kernel {kernel.name!r} runs {dtype.name} MMAs, but {hw.name} has no "
                              f"{dtype.name} tensor cores (tensor_fp8_flop_per_clk_per_sm = 0)")
-        self.sms = [_Sm(i, _units(hw, max(tensor_rate, 1e-9)), self.nsp) for i in range(self.nsm)]
+        specs = getattr(hw, "unit_specs", None)  # hook: a profile may declare its own per-core units
+        if specs is not None:
+            table = specs(kernel)
+            self.sms = [_Sm(i, {u: Pipeline(name, thr, lat, queued=q) for u, (name, thr, lat, q) in table.items()},
+                            self.nsp) for i in range(self.nsm)]
+        else:
+            self.sms = [_Sm(i, _units(hw, max(tensor_rate, 1e-9)), self.nsp) for i in range(self.nsm)]
         self.policies = [pol(self.nsp) for _ in range(self.nsm)]
         clk = hw.clock_hz_value
-        self.l2 = LruCache(float(hw.l2_bytes.value))
-        self.l2srv = BandwidthServer("l2", float(hw.l2_bytes_per_s.value) / clk)
+        # hook: a profile with its own memory path (Tensix: NoC + DRAM banks) serves global reads/writes
+        make_mem = getattr(hw, "memory_system", None)
+        self.memsys = make_mem(kernel) if make_mem is not None else None
+        self.l2 = LruCache(float(hw.l2_bytes.value) if self.memsys is None else 0.0)
+        self.l2srv = BandwidthServer("l2", float(hw.l2_bytes_per_s.value) / clk if self.memsys is None else 1.0)
         self.dram = BandwidthServer("dram", hw.dram_bytes_per_s_value / clk)
-        self.l2_lat = int(hw.l2_latency_cycles.value)
-        self.dram_lat = int(hw.dram_latency_cycles.value)
-        self.tma_lat = int(hw.tma_latency_cycles.value)
+        if self.memsys is None:
+            self.l2_lat = int(hw.l2_latency_cycles.value)
+            self.dram_lat = int(hw.dram_latency_cycles.value)
+            self.tma_lat = int(hw.tma_latency_cycles.value)
         self.launch_cycles = int(hw.cta_launch_cycles.value)
         self.occ = [self._occupancy(c, p) for c, p in zip(kernel.classes, self.preps)]
         self.heap: list[tuple[int, int, int, Any, Any]] = []
@@ -272,6 +282,13 @@ class _Engine:
         p = cta.prep
         nbytes = p.work[j]
         fe_end, _ = fe.accept(t, nbytes)
+        if self.memsys is not None:
+            done_m, ideal_m = self.memsys.access(t, cta.sm, cta.cls, j, cta.params, cta.keys.get(j), nbytes, read)
+            done_i = math.ceil(max(fe_end, done_m))
+            queue = done_i - t - ideal_m
+            if queue > 0:
+                self.stalls[5] += queue
+            return done_i, t + max(0, int(queue))
         key = cta.keys.get(j, (p.name, j, cta.seq))
         hit = self.l2.access(key, nbytes)
         l2_end = self.l2srv.serve(t, nbytes)
@@ -318,6 +335,7 @@ class _Engine:
                 nxt = min(nxt, spf[sp])
                 continue
             cands = q if len(q) == 1 else pol.order(sp, q)
+            issued = False
             for e in cands:
                 _, j, cta = e
                 p = cta.prep
@@ -337,8 +355,9 @@ class _Engine:
                     spf[s] = t + 1
                 pol.issued(sp, e)
                 self._issue(sm, cta, j, t)
+                issued = True
                 break
-            if q:
+            if q and issued:  # one issue per subpartition per cycle; blocked entries wake when their unit frees
                 nxt = min(nxt, t + 1)
         if nxt < INF:
             w = int(nxt)
@@ -411,19 +430,23 @@ class _Engine:
         hw = self.hw
         cycles = max(1, t)
         busy: dict[str, float] = {}
-        for unit_id in (Unit.TENSOR, Unit.FMA, Unit.SFU, Unit.LDST, Unit.TMA, Unit.TMEM):
+        for unit_id in sorted(self.sms[0].units):
             pipes = [sm.units[unit_id] for sm in self.sms if unit_id in sm.units]
             if pipes:
                 work = sum(pp.busy_work for pp in pipes)
                 busy[pipes[0].name] = work / (pipes[0].throughput * cycles * self.nsm)
-        busy["l2"] = self.l2srv.busy_cycles / cycles
-        busy["dram"] = self.dram.busy_cycles / cycles
+        if self.memsys is not None:
+            busy.update(self.memsys.busy(cycles))
+        else:
+            busy["l2"] = self.l2srv.busy_cycles / cycles
+            busy["dram"] = self.dram.busy_cycles / cycles
         bound = _bound(busy)
         per_sm = min(self.occ)
         waves = len(self.pending) / (per_sm * self.nsm)
         return KernelResult(
             name=self.kernel.name, hw=hw.name, cycles=cycles, clock_hz=hw.clock_hz_value,
-            flops=self.kernel.flops, dram_bytes=self.dram.bytes, l2_hit_rate=self.l2.hit_rate,
+            flops=self.kernel.flops, dram_bytes=self.dram.bytes if self.memsys is None else self.memsys.dram_bytes,
+            l2_hit_rate=self.l2.hit_rate,
             unit_busy=busy, stalls=dict(zip(STALLS, self.stalls)), bound=bound, waves=waves,
             ctas=len(self.pending), ctas_per_sm=per_sm, node_events=self.events,
             attrs={**self.kernel.attrs, "wall_s": wall_s, "sms": self.nsm},
@@ -433,7 +456,8 @@ class _Engine:
 
 
 BOUND_NAMES = {"tensor": "tensor pipe", "dram": "DRAM bandwidth", "l2": "L2 bandwidth", "fma": "CUDA cores",
-               "sfu": "SFU", "ldst": "LD/ST", "tma": "TMA", "tmem": "TMEM"}
+               "sfu": "SFU", "ldst": "LD/ST", "tma": "TMA", "tmem": "TMEM", "fpu": "matrix FPU",
+               "sfpu": "SFPU", "unpacker": "unpacker", "packer": "packer", "noc": "NoC links"}
 
 
 def _bound(busy: dict[str, float]) -> str:

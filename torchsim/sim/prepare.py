@@ -59,8 +59,10 @@ class Prepared:
 def _code(op: Op, unit: Unit, tile_space: Space | None) -> int:
     if unit is Unit.NONE:
         return ISSUE_ONLY
-    if op in GLOBAL_READS and tile_space in (Space.GLOBAL, None):
+    if op in GLOBAL_READS and tile_space in (Space.GLOBAL, None) or op is Op.NOC_READ:
         return GLOBAL_READ
+    if op is Op.NOC_WRITE:
+        return GLOBAL_WRITE
     if op in GLOBAL_WRITES:
         return GLOBAL_WRITE
     if op in (Op.LDS, Op.STS, Op.TMEM_LOAD, Op.TMEM_STORE):

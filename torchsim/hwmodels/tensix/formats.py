@@ -81,7 +81,7 @@ def default_fidelity(dtype: DType) -> MathFidelity:
 
 def tile_bytes(dtype: DType) -> int:
     """Bytes of one 32x32 tile in L1/DRAM: bf16 2048, bfp8_b 1088 (1024 + 64 exponents), bfp4_b 576, fp32 4096."""
-    return int(round(TILE_ELEMENTS * check_format(dtype).nbytes))
+    return round(TILE_ELEMENTS * check_format(dtype).nbytes)
 
 
 def tiles(n: int) -> int:

@@ -202,9 +202,14 @@ class NocModel:
         occ = [wire / self.flit] * len(links) + [nbytes / self.niu_rate]
         return ids, offs, occ
 
-    def write(self, t: float, src: XY, dst: XY, nbytes: float, noc: NocId) -> float:
-        """Unicast write of `nbytes` from `src` to `dst`; returns when the last byte has landed."""
+    def write(self, t: float, src: XY, dst: XY, nbytes: float, noc: NocId, bank: int | None = None) -> float:
+        """Unicast write of `nbytes` from `src` to `dst` (DRAM bank `bank` behind endpoint `dst`, if given);
+        returns when the last byte has landed."""
         ids, offs, occ = self._path(src, dst, noc, self.link_bytes(nbytes), nbytes, 0.0)
+        if bank is not None:
+            ids.append(self._bank(bank))
+            offs.append(offs[-1])
+            occ.append(nbytes / self.bank_rate)
         issue = max(self.min_txn, nbytes / self.niu_rate)
         self.bytes_moved += nbytes
         return self._chain(t, [self._niu_out(src, noc), *ids], [0.0, *offs], [issue, *occ])

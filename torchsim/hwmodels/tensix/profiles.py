@@ -151,6 +151,50 @@ class TensixProfile:
         phases = (fidelity or default_fidelity(dtype)).phases
         return float(self.fpu_flop_per_clk_per_phase) / phases * self.sms * self.clock_hz_value
 
+    # -- engine hooks and the SM vocabulary the engine reads (a core is an SM; its 5 RISC-V threads issue
+    # independently, one program instance per core, L1 is the CTA's "shared memory") ----------------------
+    def unit_specs(self, kernel: Any) -> dict[int, tuple[str, float, int, bool]]:
+        from torchsim.hwmodels.tensix.core import unit_specs
+        from torchsim.hwmodels.tensix.formats import MathFidelity
+        return unit_specs(self, MathFidelity.parse(kernel.attrs.get("fidelity", "HiFi2")))
+
+    def memory_system(self, kernel: Any) -> Any:
+        from torchsim.hwmodels.tensix.machine import TensixMemory
+        return TensixMemory(self, kernel)
+
+    def tensor_flop_per_clk_per_sm(self, dtype: DType) -> float:
+        return 0.0  # no GPU tensor cores: Tensix matmuls run on Unit.FPU
+
+    @property
+    def subpartitions_per_sm(self) -> Quantity:
+        return Quantity(5, "RISC-V threads", "documented", F.fact(F.WH, "tensix.baby_riscv_cores"))
+
+    @property
+    def max_ctas_per_sm(self) -> Quantity:
+        return Quantity(1, "programs", "documented", "tt-metal runs one program's kernels per core at a time "
+                        "(Wolfpine paper §II: kernels of a program on the five baby cores)")
+
+    @property
+    def max_threads_per_sm(self) -> Quantity:
+        return self.subpartitions_per_sm
+
+    @property
+    def registers_per_sm(self) -> Quantity:
+        return Quantity(1 << 30, "n/a", "assumed", "no register-file limit on Tensix occupancy")
+
+    @property
+    def smem_per_sm_bytes(self) -> Quantity:
+        return Quantity(float(self.l1_bytes_per_core) - float(self.l1_reserved_bytes), "B", "derived",
+                        "L1 per core minus the reserved region")
+
+    @property
+    def smem_per_cta_bytes(self) -> Quantity:
+        return self.smem_per_sm_bytes
+
+    @property
+    def cta_launch_cycles(self) -> Quantity:
+        return self.kernel_launch_cycles
+
     def with_grid(self, gx: int, gy: int) -> TensixProfile:
         """The same chip computing on a `gx` x `gy` sub-grid; larger than the compute grid is a ValueError."""
         mx, my = self.grid

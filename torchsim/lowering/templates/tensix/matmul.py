@@ -1,0 +1,171 @@
+"""Tensix multi-core matmul as tt-metal writes it: one program instance per core with five RISC-V threads.
+
+KernelCall -> KernelGraph for Arch.TENSIX. Reader (NCRISC) fetches in0 blocks, the writer (BRISC) fetches in1
+blocks and writes the output; the first core of each row reads in0 from DRAM and multicasts it along the row,
+the first core of each column does the same for in1 down the column (2D block sharding of the output). The
+compute kernel is split over TRISC0 (unpack), TRISC1 (math: FPU at the math fidelity) and TRISC2 (pack); the
+circular buffers in L1 are edges (a CB slot is refilled only after the block using it was consumed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, Unit, aff
+from torchsim.hwmodels.tensix.core import CircularBuffer, CoreCosts, check_l1, dst_tiles
+from torchsim.hwmodels.tensix.formats import MathFidelity, check_format, default_fidelity, tile_bytes, tiles
+from torchsim.hwmodels.tensix.profiles import TensixProfile
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulConfig:
+    """tt-metal's MatmulMultiCoreReuseMultiCast(1D) program config, in tiles."""
+
+    grid: tuple[int, int]  # cores used (x, y)
+    per_core_m: int
+    per_core_n: int
+    in0_block_w: int
+    sub_h: int
+    sub_w: int
+    mcast_in0: str  # "row" (2D) or "all" (1D: every core shares in0)
+    mcast_in1: str  # "col" (2D) or "none" (1D: each core reads its own weights)
+
+
+def parse_grid(grid: object, hw: TensixProfile) -> tuple[int, int]:
+    """'8x8', (8, 8) or None (the profile's compute grid); a grid larger than the chip is a ValueError."""
+    if grid is None or grid == "":
+        return hw.grid
+    if isinstance(grid, str):
+        try:
+            gx, gy = (int(v) for v in grid.lower().replace(",", "x").split("x"))
+        except ValueError:
+            raise ValueError(f"grid {grid!r} is not of the form COLSxROWS (e.g. 8x8)") from None
+    else:
+        gx, gy = (int(v) for v in grid)  # type: ignore[attr-defined]
+    hw.with_grid(gx, gy)  # raises, naming the chip's compute grid, when it does not fit
+    return gx, gy
+
+
+def _divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def choose_config(mt: int, nt: int, kt: int, grid: tuple[int, int], in0: DType, in1: DType, out: DType,
+                  hw: TensixProfile, name: str) -> tuple[MatmulConfig, list[CircularBuffer]]:
+    """Block the output over the grid (2D when M spans the rows, else 1D over N), then fit the CBs in L1."""
+    gx, gy = grid
+    if mt >= gy:
+        pm, pn = -(-mt // gy), -(-nt // gx)
+        used = (-(-nt // pn), -(-mt // pm))
+        m0, m1 = "row", "col"
+    else:
+        pm = mt
+        cores = min(gx * gy, nt)
+        pn = -(-nt // cores)
+        ncores = -(-nt // pn)
+        used = (min(gx, ncores), -(-ncores // gx))
+        m0, m1 = "all", "none"
+    limit = dst_tiles(hw)
+    sub = max(((h, w) for h in range(1, pm + 1) if pm % h == 0 for w in range(1, pn + 1)
+               if pn % w == 0 and h * w <= limit), key=lambda hw_: (hw_[0] * hw_[1], hw_[1]))
+    err: ValueError | None = None
+    for bw in (8, 4, 2, 1):
+        if kt % bw and bw != 1:
+            continue
+        cbs = [CircularBuffer("in0", in0, 2 * pm * bw), CircularBuffer("in1", in1, 2 * pn * bw),
+               CircularBuffer("out", out, pm * pn)]
+        if kt > bw and out is not DType.BF16:
+            cbs.append(CircularBuffer("interm", DType.BF16, pm * pn))
+        try:
+            check_l1(hw, name, cbs)
+        except ValueError as exc:
+            err = err or exc
+            continue
+        return MatmulConfig(used, pm, pn, bw, sub[0], sub[1], m0, m1), cbs
+    assert err is not None
+    raise err
+
+
+def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType | None = None,
+           out: DType | None = None, fidelity: MathFidelity | str | None = None, grid: object = None,
+           name: str = "matmul", prefix: str = "") -> KernelGraph:
+    """Multi-core matmul (M x K) @ (K x N) on `hw`.
+
+    Example:
+        >>> from torchsim.hwmodels.tensix.profiles import wormhole_n150
+        >>> kg = matmul(1024, 1024, 1024, DType.BFP8_B, wormhole_n150(), fidelity="lofi", grid="8x8")
+        >>> kg.attrs["grid"], kg.attrs["fidelity"]
+        ((8, 8), 'LoFi')
+    """
+    in1 = in1 or in0
+    out = out or in0
+    for dt, what in ((in0, "in0 (activations)"), (in1, "in1 (weights)"), (out, "output")):
+        check_format(dt, f"matmul {name!r} {what}")
+    fid = MathFidelity.parse(fidelity) if fidelity else default_fidelity(in1 if in1 != DType.BF16 else in0)
+    g = parse_grid(grid, hw)
+    mt, nt, kt = tiles(m), tiles(n), tiles(k)
+    cfg, cbs = choose_config(mt, nt, kt, g, in0, in1, out, hw, f"matmul {name!r}")
+    cost = CoreCosts(hw, fid)
+    pm, pn, bw = cfg.per_core_m, cfg.per_core_n, cfg.in0_block_w
+    nblocks = -(-kt // bw)
+    nsub = (pm // cfg.sub_h) * (pn // cfg.sub_w)
+    b = GraphBuilder(f"{prefix}tensix_matmul_{pm}x{pn}x{bw}_{fid.label}", in0)
+    reader = b.group("reader", role="NCRISC: in0 reader / row multicast")
+    writer = b.group("writer", role="BRISC: in1 reader / column multicast, output writer")
+    unpack = b.group("unpack", role="TRISC0")
+    math = b.group("math", role="TRISC1")
+    pack = b.group("pack", role="TRISC2")
+    routes: list[dict[str, object]] = []
+    a_name, b_name, c_name = f"{prefix}A", f"{prefix}B", f"{prefix}C"
+    mm_nodes: list[int] = []
+    pk = -1
+    two_d = cfg.mcast_in1 == "col"
+    row_of = aff(cy=1) if two_d else aff(0)  # 1D: every core holds all M rows and a slice of N
+    col_of = aff(cx=1) if two_d else aff(cx=1, cy=cfg.grid[0])
+    for blk in range(nblocks):
+        t0 = TileDesc(Space.GLOBAL, in0, (pm * 32, bw * 32), a_name, (row_of, aff(blk)))
+        t1 = TileDesc(Space.GLOBAL, in1, (bw * 32, pn * 32), b_name, (aff(blk), col_of))
+        r0 = b.node(reader, Op.NOC_READ, Unit.NOC, pm * bw * tile_bytes(in0), t0, f"in0_block{blk}")
+        r1 = b.node(writer, Op.NOC_READ, Unit.NOC, pn * bw * tile_bytes(in1), t1, f"in1_block{blk}")
+        routes.append({"node": r0, "noc": 1, "mcast": cfg.mcast_in0, "page_bytes": tile_bytes(in0),
+                       "pages_w": kt, "block": [pm, bw]})
+        routes.append({"node": r1, "noc": 0, "mcast": cfg.mcast_in1, "page_bytes": tile_bytes(in1),
+                       "pages_w": nt, "block": [bw, pn]})
+        if blk >= 2:  # double-buffered CBs: a slot is free again once its block's matmul is done
+            b.data(mm_nodes[blk - 2], r0)
+            b.data(mm_nodes[blk - 2], r1)
+        reload = pm * pn if blk else 0  # partials spilled to the intermediate CB and unpacked back
+        unpacked = cost.unpack_work(in0, nsub * bw * cfg.sub_h) + cost.unpack_work(in1, nsub * bw * cfg.sub_w) + \
+            cost.unpack_work(DType.BF16, reload)
+        up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked, name=f"unpack{blk}")
+        b.data(r0, up)
+        b.data(r1, up)
+        flops = 2.0 * pm * pn * bw * 32 ** 3
+        mm = b.node(math, Op.MMA, Unit.FPU, cost.fpu_node_work(flops, nsub * (bw + (2 if blk else 1))),
+                    name=f"matmul{blk}")
+        b.data(up, mm)
+        mm_nodes.append(mm)
+        pk = b.node(pack, Op.PACK, Unit.PACKER, cost.pack_work(out if blk == nblocks - 1 else DType.BF16, pm * pn),
+                    name=f"pack{blk}")
+        b.data(mm, pk)
+    tc = TileDesc(Space.GLOBAL, out, (pm * 32, pn * 32), c_name, (row_of, col_of))
+    wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, pm * pn * tile_bytes(out), tc, "out_write")
+    b.data(pk, wr)
+    routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(out), "pages_w": nt,
+                   "block": [pm, pn]})
+    b.attrs.update({"noc": routes, "cbs": {cb.name: cb.nbytes for cb in cbs}})
+    graph = b.build()
+    gx, gy = cfg.grid
+    ncores = gx * gy if two_d else -(-nt // pn)
+    coords = [(i % gx, i // gx) for i in range(ncores)]
+    params = np.array(coords, dtype=np.int64).reshape(-1, 2)
+    smem = sum(cb.nbytes for cb in cbs)
+    cls = CtaClass(graph, params, ("cx", "cy"), threads=5, regs_per_thread=1, smem_bytes=smem)
+    dram = m * k * in0.nbytes + k * n * in1.nbytes + m * n * out.nbytes
+    return KernelGraph(name, (cls,), flops=2.0 * m * n * k, dram_bytes=dram,
+                       attrs={"grid": cfg.grid, "fidelity": fid.label, "template": "tensix_matmul_2d_mcast"
+                              if two_d else "tensix_matmul_1d_mcast",
+                              "config": {"per_core_m": pm, "per_core_n": pn, "in0_block_w": bw,
+                                         "subblock": [cfg.sub_h, cfg.sub_w]}})
