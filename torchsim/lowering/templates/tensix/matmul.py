@@ -81,7 +81,7 @@ def choose_config(mt: int, nt: int, kt: int, grid: tuple[int, int], in0: DType, 
         try:
             check_l1(hw, name, cbs)
         except ValueError as exc:
-            err = err or exc
+            err = exc  # report the smallest blocking that still does not fit
             continue
         return MatmulConfig(used, pm, pn, bw, sub[0], sub[1], m0, m1), cbs
     assert err is not None

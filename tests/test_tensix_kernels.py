@@ -1,0 +1,99 @@
+"""Tensix kernel templates on the engine: matmul structure, physics properties, bad-input errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchsim.graph import DType, Unit
+from torchsim.hwmodels import get_profile
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates.tensix import build_tensix_kernel
+from torchsim.lowering.templates.tensix.matmul import matmul
+from torchsim.sim import simulate
+
+WH = get_profile("wormhole-n150")
+BH = get_profile("blackhole-p150-launch")
+
+
+def _run(m, n, k, dt, hw, **kw):
+    kg = matmul(m, n, k, dt, hw, **kw)
+    return kg, simulate(kg, hw)
+
+
+def test_matmul_graph_has_the_five_riscv_threads_and_tensix_units():
+    kg = matmul(1024, 1024, 1024, DType.BF16, WH, grid="8x8")
+    g = kg.classes[0].graph
+    assert [grp.name for grp in g.groups] == ["reader", "writer", "unpack", "math", "pack"]
+    assert set(int(u) for u in g.unit) == {Unit.NOC, Unit.UNPACKER, Unit.FPU, Unit.PACKER}
+    assert kg.classes[0].count == 64 and kg.attrs["grid"] == (8, 8)
+    assert kg.flops == 2.0 * 1024 ** 3
+
+
+def test_flops_do_not_depend_on_the_grid_and_more_cores_run_faster():
+    small, r_small = _run(2048, 2048, 2048, DType.BFP8_B, WH, grid="4x4", fidelity="lofi")
+    big, r_big = _run(2048, 2048, 2048, DType.BFP8_B, WH, grid="8x8", fidelity="lofi")
+    assert small.flops == big.flops
+    assert r_big.cycles < 0.6 * r_small.cycles
+
+
+@pytest.mark.parametrize("hw", [WH, BH], ids=lambda h: h.name)
+def test_matmul_never_beats_the_fpu_roofline_and_fidelity_costs_time(hw):
+    times = {}
+    for fid in ("LoFi", "HiFi2", "HiFi4"):
+        kg, r = _run(2048, 2048, 2048, DType.BF16, hw, fidelity=fid)
+        peak = hw.peak_tensor_flops_per_s(DType.BF16, __import__("torchsim.hwmodels.tensix.formats",
+                                                                  fromlist=["MathFidelity"]).MathFidelity.parse(fid))
+        assert r.time_s >= kg.flops / peak
+        times[fid] = r.cycles
+    assert times["LoFi"] < times["HiFi2"] < times["HiFi4"]
+
+
+def test_decode_matmul_is_weight_bandwidth_bound_and_block_formats_help():
+    _, bf16 = _run(32, 4096, 4096, DType.BF16, WH)
+    kg4, bfp4 = _run(32, 4096, 4096, DType.BF16, WH, in1=DType.BFP4_B, fidelity="lofi")
+    assert kg4.attrs["template"] == "tensix_matmul_1d_mcast"
+    assert bfp4.cycles < 0.5 * bf16.cycles
+    weight_s = 4096 * 4096 * 2 / WH.dram_bytes_per_s_value
+    assert bf16.time_s >= weight_s
+
+
+def test_simulation_is_deterministic():
+    a = _run(1024, 2048, 1024, DType.BFP8_B, BH)[1]
+    b = _run(1024, 2048, 1024, DType.BFP8_B, BH)[1]
+    assert a.cycles == b.cycles and a.unit_busy == b.unit_busy
+
+
+def test_kernel_call_dispatch_reads_tensix_parameters():
+    call = KernelCall.make(KernelKind.GEMM, DType.BFP8_B, name="ff1", m=1024, n=1024, k=1024, fidelity="LoFi",
+                           grid="4x8", in1_dtype="bfp4_b")
+    kg = build_tensix_kernel(call, WH)
+    assert kg.attrs["grid"] == (4, 8) and kg.attrs["fidelity"] == "LoFi"
+    with pytest.raises(NotImplementedError, match="no tensix template for mla_decode"):
+        build_tensix_kernel(KernelCall.make(KernelKind.MLA_DECODE, batch=1), WH)
+
+
+# -- bad input ------------------------------------------------------------------------------------------------
+def test_grid_larger_than_the_chip():
+    with pytest.raises(ValueError, match=r"grid 9x9 does not fit wormhole-n150: its compute grid is 8x8"):
+        matmul(1024, 1024, 1024, DType.BF16, WH, grid="9x9")
+    with pytest.raises(ValueError, match=r"grid 13x10 does not fit blackhole-p150: its compute grid is 11x10 "
+                                         r"\(120 Tensix enabled, firmware 19.5\)"):
+        matmul(1024, 1024, 1024, DType.BF16, get_profile("blackhole-p150"), grid="13x10")
+    with pytest.raises(ValueError, match="grid 'eight' is not of the form COLSxROWS"):
+        matmul(1024, 1024, 1024, DType.BF16, WH, grid="eight")
+
+
+def test_l1_overflow_names_the_buffer_and_the_bytes():
+    with pytest.raises(ValueError, match=r"matmul 'huge': L1 overflow on wormhole-n150: circular buffer 'in0' "
+                                         r"\(1024 tiles of bf16 = 2097152 B\)"):
+        matmul(16384, 16384, 1024, DType.BF16, WH, grid="1x1", name="huge")
+
+
+def test_unsupported_data_format():
+    with pytest.raises(ValueError, match="matmul 'x' in1 \\(weights\\): data format int64 is not supported"):
+        matmul(64, 64, 64, DType.BF16, WH, in1=DType.INT64, name="x")
+
+
+def test_nonexistent_fidelity_name():
+    with pytest.raises(ValueError, match="unknown math fidelity 'HiFi8'; valid: LoFi, HiFi2, HiFi3, HiFi4"):
+        matmul(64, 64, 64, DType.BF16, WH, fidelity="HiFi8")
