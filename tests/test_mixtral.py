@@ -111,3 +111,17 @@ def test_bad_configs_are_named(change: dict[str, Any], message: str) -> None:
 def test_unknown_name_lists_known_ones() -> None:
     with pytest.raises(KeyError, match="mixtral-8x7b"):
         mixtral_config("mixtral-9x9b")
+
+
+def test_plan_sizes_each_grouped_gemm_from_the_routing() -> None:
+    """Integration with lowering.plan: every layer's two grouped GEMMs get that layer's counts, scaled to the step."""
+    from torchsim.lowering.plan import plan_model
+    from torchsim.models.routing import RoutingCounts
+
+    cfg = mixtral_config("mixtral-micro")  # 2 layers, 4 experts, top-2
+    routing = RoutingCounts(((8, 4, 4, 0), (2, 2, 6, 6)), num_experts=4, top_k=2, tokens=8, source="test")
+    plan = plan_model(build_mixtral(cfg), batch=2, q_len=8, past_len=0, routing=routing, fallback=True)
+    grouped = [c for c in plan.calls if c.kind.value == "grouped_gemm"]
+    assert [(c.layer, c.p("tokens_per_expert"), c.p("n"), c.p("k")) for c in grouped] == [
+        (0, (16, 8, 8, 0), 2 * 128, 64), (0, (16, 8, 8, 0), 64, 128),
+        (1, (4, 4, 12, 12), 2 * 128, 64), (1, (4, 4, 12, 12), 64, 128)]

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchsim.models.llama import Attention, Embed, LlamaConfig, RMSNorm, Sampler
+from torchsim.models.llama import Attention, Embed, LlamaConfig, LlamaForCausalLM, RMSNorm, Sampler
 from torchsim.models.registry import register_builder, register_family, register_model
 
 
@@ -202,7 +202,8 @@ class MixtralDecoderLayer(nn.Module):
 
 
 class MixtralForCausalLM(nn.Module):
-    """Segments head / layers / tail as in llama.LlamaForCausalLM; `forward(tokens, positions, k_caches, v_caches)`.
+    """Segments head / layers / tail as in llama.LlamaForCausalLM, whose forward, step_inputs and
+    capture_segments it shares (they only touch head, layers, tail and the config's dense fields).
 
     >>> with torch.device("meta"):
     ...     m = MixtralForCausalLM(mixtral_config("mixtral-8x7b"))
@@ -220,33 +221,15 @@ class MixtralForCausalLM(nn.Module):
             self.tail.lm_head.weight = self.head.embed_tokens.weight
         self.to(dtype)
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.head.embed_tokens.weight.dtype
-
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, k_caches: list[torch.Tensor],
-                v_caches: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        x, cos, sin = self.head(tokens, positions)
-        new_k, new_v = [], []
-        for layer, kc, vc in zip(self.layers, k_caches, v_caches, strict=True):
-            x, k, v = layer(x, cos, sin, kc, vc)
-            new_k.append(k)
-            new_v.append(v)
-        return self.tail(x), new_k, new_v
-
-    def step_inputs(self, batch: int, q_len: int, past_len: int) -> dict[str, Any]:
-        """Inputs of one forward step: `q_len` new tokens after `past_len` cached ones (as in the Llama model)."""
-        cfg, dev = self.config, self.head.embed_tokens.weight.device
-        tokens = torch.zeros(batch, q_len, dtype=torch.long, device=dev)
-        positions = torch.arange(past_len, past_len + q_len, device=dev).expand(batch, q_len)
-        cache = [torch.zeros(batch, cfg.num_key_value_heads, past_len, cfg.head_dim_value, dtype=self.dtype,
-                             device=dev) for _ in range(cfg.num_hidden_layers)]
-        return {"tokens": tokens, "positions": positions, "k_caches": cache, "v_caches": list(cache)}
+    dtype = LlamaForCausalLM.dtype
+    forward = LlamaForCausalLM.forward
+    step_inputs = LlamaForCausalLM.step_inputs
+    capture_segments = LlamaForCausalLM.capture_segments
 
     @torch.no_grad()
     def run_prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         """Eager prefill of real token ids [batch, seq] (CPU weights): next-token ids; used to record routing."""
-        inputs = self.step_inputs(tokens.shape[0], tokens.shape[1], 0)
+        inputs = self.step_inputs(tokens.shape[0], tokens.shape[1], 0)  # type: ignore[misc]  # shared Llama method
         inputs["tokens"] = tokens.to(inputs["tokens"].device)
         return self(**inputs)[0]
 

@@ -8,6 +8,7 @@ Counts come from a router hook (routing_hook), a JSON/Parquet file (routing_io) 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +103,7 @@ class RoutingCounts:
             return self
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
             raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
-        rows = tuple(allocate(np.asarray(row, dtype=np.float64), tokens, self.top_k) for row in self.counts)
-        return RoutingCounts(rows, self.num_experts, self.top_k, tokens, f"{self.source} scaled to {tokens} tokens")
+        return _scaled(self, tokens)
 
     def describe(self) -> str:
         """A table: one line per layer with the counts and the imbalance."""
@@ -112,6 +112,13 @@ class RoutingCounts:
         lines = [head] + [f"  layer {i:3d}: {list(row)}  max/mean={self.imbalance(i):.2f}"
                           for i, row in enumerate(self.counts)]
         return "\n".join(lines)
+
+
+@lru_cache(maxsize=256)
+def _scaled(counts: RoutingCounts, tokens: int) -> RoutingCounts:
+    """Memoised body of RoutingCounts.scaled (a plan asks once per grouped GEMM per layer)."""
+    rows = tuple(allocate(np.asarray(row, dtype=np.float64), tokens, counts.top_k) for row in counts.counts)
+    return RoutingCounts(rows, counts.num_experts, counts.top_k, tokens, f"{counts.source} scaled to {tokens} tokens")
 
 
 def allocate(weights: np.ndarray, tokens: int, top_k: int) -> tuple[int, ...]:
