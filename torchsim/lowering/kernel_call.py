@@ -1,0 +1,70 @@
+"""KernelCall: one kernel launch of a KernelPlan, the unit that templates turn into tile graphs.
+
+Lowering (capture + plan) produces KernelCalls; `torchsim.lowering.templates.build_kernel(call, hw)` turns a
+call into a KernelGraph; the engine simulates it. `KernelCall.key()` excludes where the call came from, so
+identical kernels of different layers are simulated once (memoisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from torchsim.graph.kinds import DType
+
+
+class KernelKind(Enum):
+    """What a kernel computes. Each kind's `params` keys are listed beside it."""
+
+    GEMM = "gemm"  # m, n, k, epilogue ("none"|"silu"|"bias"|"residual"), batch (default 1)
+    GROUPED_GEMM = "grouped_gemm"  # tokens_per_expert (tuple), n, k, epilogue
+    ATTENTION_PREFILL = "attention_prefill"  # batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal
+    ATTENTION_DECODE = "attention_decode"  # batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, paged
+    MLA_DECODE = "mla_decode"  # batch, heads_q, seq_q, seq_kv, head_dim (576), head_dim_v (512)
+    RMSNORM = "rmsnorm"  # rows, hidden
+    ADD_RMSNORM = "add_rmsnorm"  # rows, hidden
+    ROPE = "rope"  # tokens, heads_q, heads_kv, head_dim
+    SILU_MUL = "silu_mul"  # rows, hidden (output width)
+    ELEMENTWISE = "elementwise"  # numel, inputs, outputs, op (e.g. "add", "mul", "copy", "silu")
+    SOFTMAX = "softmax"  # rows, cols
+    EMBEDDING = "embedding"  # tokens, hidden, vocab
+    ROUTER_TOPK = "router_topk"  # tokens, experts, top_k
+    ARGMAX = "argmax"  # rows, vocab
+    REDUCE = "reduce"  # numel_in, numel_out
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCall:
+    """A kernel launch: what it computes (kind, params, dtype) and where it came from (name, layer, source)."""
+
+    kind: KernelKind
+    params: tuple[tuple[str, Any], ...]  # sorted (name, value) pairs; values are ints, strs, bools or tuples
+    dtype: DType = DType.BF16
+    name: str = ""  # e.g. "layers.0.attn.qkv_proj"
+    phase: str = "prefill"  # "prefill" | "decode"
+    layer: int | None = None
+    stream: int = 0
+    module_path: str = ""
+    source: str = ""  # "file.py:123" of the model code line
+    fx_nodes: tuple[str, ...] = field(default=(), compare=False)
+
+    @staticmethod
+    def make(kind: KernelKind, dtype: DType = DType.BF16, *, name: str = "", phase: str = "prefill",
+             layer: int | None = None, stream: int = 0, module_path: str = "", source: str = "",
+             fx_nodes: tuple[str, ...] = (), **params: Any) -> KernelCall:
+        """Build a call from keyword params: `KernelCall.make(KernelKind.GEMM, m=1, n=4096, k=4096)`."""
+        frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
+        return KernelCall(kind, frozen, dtype, name, phase, layer, stream, module_path, source, fx_nodes)
+
+    def p(self, name: str, default: Any = None) -> Any:
+        for k, v in self.params:
+            if k == name:
+                return v
+        if default is None:
+            raise KeyError(f"{self.kind.value} kernel {self.name!r} has no parameter {name!r}")
+        return default
+
+    def key(self) -> tuple[Any, ...]:
+        """Identity for memoisation: what is computed, not where it came from."""
+        return (self.kind, self.params, self.dtype)

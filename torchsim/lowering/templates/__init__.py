@@ -1,0 +1,50 @@
+"""Template library: (KernelCall, HwProfile) -> KernelGraph, one builder per algorithm, parameterised by the
+profile. `build_kernel` dispatches on the call's kind; kinds without a template raise NotImplementedError
+(the prediction API then falls back to a roofline estimate and flags the row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torchsim.graph import KernelGraph
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates.gemm import gemm
+from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
+
+Builder = Callable[[KernelCall, Any], KernelGraph]
+TEMPLATES: dict[KernelKind, Builder] = {}
+
+
+def register(kind: KernelKind) -> Callable[[Builder], Builder]:
+    """Register the template for a kernel kind; a second registration for the same kind raises."""
+    def deco(fn: Builder) -> Builder:
+        if kind in TEMPLATES:
+            raise ValueError(f"a template for {kind.value} is already registered ({TEMPLATES[kind].__name__})")
+        TEMPLATES[kind] = fn
+        return fn
+    return deco
+
+
+@register(KernelKind.GEMM)
+def _gemm_call(call: KernelCall, hw: Any) -> KernelGraph:
+    variant = call.p("variant", "")
+    cfg = None
+    if variant:
+        pipe = Pipeline.parse(variant)
+        cfg = default_config(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, call.p("batch", 1), pipe)
+    return gemm(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, cfg,
+                Epilogue.parse(call.p("epilogue", "none")), batch=call.p("batch", 1),
+                shared_b=bool(call.p("shared_b", True)))
+
+
+def build_kernel(call: KernelCall, hw: Any) -> KernelGraph:
+    """Build the tile graph of `call` for `hw`; NotImplementedError when no template serves the kind."""
+    fn = TEMPLATES.get(call.kind)
+    if fn is None:
+        raise NotImplementedError(f"no {hw.arch.value} template for {call.kind.value} yet")
+    return fn(call, hw)
+
+
+__all__ = ["TEMPLATES", "Epilogue", "GemmConfig", "Pipeline", "build_kernel", "default_config", "gemm", "register"]

@@ -1,0 +1,263 @@
+"""The GEMM template family: one builder parameterised by the hardware profile and a GemmConfig.
+
+Organisations follow CUTLASS's kernel schedules and the GPU-Tile-Sim pipelining study: sm80 multistage
+cp.async (every warp loads and computes); sm90 TMA + wgmma as naive 2-stage, warp-specialised cooperative,
+ping-pong, and 3-stage with a dedicated epilogue warp group; sm100 tcgen05 with TMEM accumulators.
+
+Example:
+    >>> from torchsim.hwmodels import get_profile
+    >>> from torchsim.graph import DType
+    >>> kg = gemm(1024, 1024, 1024, DType.BF16, get_profile("h100-sxm"))
+    >>> kg.flops == 2 * 1024 ** 3
+    True
+"""
+
+from __future__ import annotations
+
+import math
+
+from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit
+from torchsim.hwmodels.gpu import GpuProfile
+from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config, fit_config
+from torchsim.lowering.templates.gemm_parts import GemmWriter
+from torchsim.lowering.templates.tiling import ClassPlan, cta_classes, work_units
+
+
+def check_dims(**dims: int) -> None:
+    for name, v in dims.items():
+        if not isinstance(v, int) or v <= 0:
+            raise ValueError(f"GEMM dimension {name} must be a positive integer, got {v!r}")
+
+
+def gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, cfg: GemmConfig | None = None,
+         epilogue: Epilogue = Epilogue.NONE, batch: int = 1, shared_b: bool = False,
+         tiles_per_cta: int | None = None) -> KernelGraph:
+    """C[batch, m, n] = A[batch, m, k] @ B[(batch,) k, n] (+ epilogue), FP32 accumulation.
+
+    `shared_b`: B is one weight shared by all batches (a linear layer); otherwise batched (bmm).
+    `tiles_per_cta`: persistent grid sized so each CTA walks this many tiles (single-SM studies).
+    """
+    check_dims(m=m, n=n, k=k, batch=batch)
+    if not hw.supports(dtype):
+        raise ValueError(f"{hw.name} has no {dtype.name} tensor cores; use bf16 or fp16")
+    cfg = cfg or default_config(m, n, k, dtype, hw, batch)
+    if cfg.smem_bytes(dtype) > hw.smem_per_cta_bytes.value:
+        cfg = fit_config(cfg, m, n, k, dtype, hw, batch)
+    out_dtype = DType.BF16 if dtype.is_fp8 or dtype is DType.BF16 else dtype
+    units = work_units(batch, m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, cfg.raster_group, shared_b)
+    grid = None
+    if cfg.persistent:
+        grid = math.ceil(len(units) / tiles_per_cta) if tiles_per_cta else hw.sms
+    classes = []
+    for plan in cta_classes(units, grid):
+        graph = _write_cta(plan, cfg, dtype, out_dtype, epilogue, hw)
+        classes.append(CtaClass(graph, plan.params, plan.names, threads=cfg.threads(),
+                                regs_per_thread=_regs(cfg), smem_bytes=cfg.smem_bytes(dtype)))
+    a_bytes = batch * m * k * dtype.nbytes
+    b_bytes = (1 if shared_b else batch) * k * n * dtype.nbytes
+    c_bytes = batch * m * n * out_dtype.nbytes * (2 if epilogue is Epilogue.RESIDUAL else 1)
+    return KernelGraph(
+        name=f"gemm_{m}x{n}x{k}", classes=tuple(classes), flops=2.0 * batch * m * n * k,
+        dram_bytes=a_bytes + b_bytes + c_bytes,
+        attrs={"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
+               "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
+               "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch},
+    )
+
+
+def _regs(cfg: GemmConfig) -> int:
+    return 168 if cfg.pipeline is not Pipeline.SM80_MULTISTAGE else 232 // max(1, cfg.warps // 4)
+
+
+def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType, epi: Epilogue,
+               hw: GpuProfile) -> TileGraph:
+    name = f"gemm/{cfg.pipeline.value}/{cfg.bm}x{cfg.bn}x{cfg.bk}/{len(plan.kts)}tiles"
+    b = GraphBuilder(name, dtype, program_order=cfg.order_edges)
+    w = GemmWriter(b, cfg, dtype, out_dtype, epi, async_copy=cfg.pipeline is not Pipeline.SM80_MULTISTAGE)
+    writers = {
+        Pipeline.SM80_MULTISTAGE: _sm80, Pipeline.NAIVE_2STAGE: _naive, Pipeline.WS_COOPERATIVE: _cooperative,
+        Pipeline.WS_3STAGE: _cooperative, Pipeline.WS_PINGPONG: _pingpong, Pipeline.SM100_TCGEN05: _sm100,
+    }
+    writers[cfg.pipeline](w, plan.kts)
+    return b.build()
+
+
+def _sm80(w: GemmWriter, kts: tuple[int, ...]) -> None:
+    """Multistage cp.async: loads run `stages - 1` steps ahead; a CTA barrier frees each slot."""
+    b, cfg = w.b, w.cfg
+    warps = b.group("warps", 0, cfg.warps, role="load+mma")
+    wm = 2 if cfg.warps >= 4 else 1
+    wn = cfg.warps // wm
+    lds_bytes = (cfg.bm * wn + cfg.bn * wm) * cfg.bk * w.dtype.nbytes
+    smem = TileDesc(Space.SHARED, w.dtype, (cfg.bm + cfg.bn, cfg.bk), "AB_smem")
+    split = cfg.split_k > 1
+    for t, kt in enumerate(kts):
+        loads: dict[int, tuple[int, int]] = {}
+        frags: dict[int, int] = {}
+
+        def issue_load(i: int) -> None:
+            pair = (w.load_a(warps, t, i), w.load_b(warps, t, i))
+            if cfg.order_edges and i >= cfg.stages and i - cfg.stages in frags:
+                for ld in pair:  # __syncthreads: the slot is free once every warp read it
+                    b.data(frags[i - cfg.stages], ld)
+            loads[i] = pair
+
+        for i in range(min(cfg.stages - 1, kt)):
+            issue_load(i)
+        last = -1
+        for i in range(kt):
+            if i + cfg.stages - 1 < kt:
+                issue_load(i + cfg.stages - 1)
+            lds = b.node(warps, Op.LDS, Unit.LDST, work=lds_bytes, tile=smem, name=f"ldmatrix[t{t},k{i}]")
+            for ld in loads.pop(i):
+                b.data(ld, lds)
+            frags[i] = lds
+            mma = w.mma(warps, cfg.bm, cfg.bn, f"mma[t{t},k{i}]")
+            b.data(lds, mma)
+            last = mma
+        w.epilogue_nodes(warps, t, cfg.bm, 0, 1, [last], split=split)
+
+
+def _naive(w: GemmWriter, kts: tuple[int, ...]) -> None:
+    """One warp group: prefetch two stages, then wait for each MMA before reloading its buffer."""
+    b, cfg = w.b, w.cfg
+    wg = b.group("warpgroup", 0, 4, role="tma+mma+epilogue")
+    split = cfg.split_k > 1
+    for t, kt in enumerate(kts):
+        loads = {}
+        for i in range(min(2, kt)):
+            loads[i] = (w.load_a(wg, t, i), w.load_b(wg, t, i))
+        last = -1
+        for i in range(kt):
+            mma = w.mma(wg, cfg.bm, cfg.bn, f"mma[t{t},k{i}]")
+            for ld in loads.pop(i):
+                b.data(ld, mma)
+            if i + 2 < kt:
+                pair = (w.load_a(wg, t, i + 2), w.load_b(wg, t, i + 2))
+                if cfg.order_edges:
+                    for ld in pair:  # wgmma.wait: the buffer is reused after the MMA that read it
+                        b.data(mma, ld)
+                loads[i + 2] = pair
+            last = mma
+        w.epilogue_nodes(wg, t, cfg.bm, 0, 1, [last], split=split)
+
+
+def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
+    """Producer WG issues TMA; two consumer WGs split each tile by rows (CUTLASS KernelTmaWarpSpecialized-
+    Cooperative). With `WS_3STAGE` a third consumer-side WG runs the epilogue so the mainloop never stops."""
+    b, cfg = w.b, w.cfg
+    producer = b.group("producer", 0, 4, role="tma")
+    consumers = [b.group(f"consumer{c}", 4 + 4 * c, 4, role="mma") for c in range(2)]
+    three = cfg.pipeline is Pipeline.WS_3STAGE
+    epi_group = b.group("epilogue", 12, 4, role="epilogue") if three else -1
+    split = cfg.split_k > 1
+    g = 0
+    for t, kt in enumerate(kts):
+        stage_loads = []
+        for i in range(kt):
+            pair = [w.load_a(producer, t, i), w.load_b(producer, t, i)]
+            w.slot_users.append([])
+            w.reuse_slot(g + i, pair)
+            stage_loads.append(pair)
+        lasts = []
+        for c, cg in enumerate(consumers):
+            prev_mma = -1
+            for i in range(kt):
+                mma = w.mma(cg, cfg.bm // 2, cfg.bn, f"mma{c}[t{t},k{i}]")
+                for ld in stage_loads[i]:
+                    b.data(ld, mma)
+                if prev_mma >= 0:  # wgmma.wait<1>: release the previous stage once its MMA completed
+                    arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{i - 1}]",
+                                    barrier=_empty_barrier(b))
+                    b.data(prev_mma, arrive)
+                    w.slot_users[g + i - 1].append(arrive)
+                prev_mma = mma
+            arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{kt - 1}]",
+                            barrier=_empty_barrier(b))
+            b.data(prev_mma, arrive)
+            w.slot_users[g + kt - 1].append(arrive)
+            lasts.append(prev_mma)
+            if not three:
+                w.epilogue_nodes(cg, t, cfg.bm // 2, c, 2, [prev_mma], split=split)
+        if three:
+            w.epilogue_nodes(epi_group, t, cfg.bm, 0, 1, lasts, split=split)
+        g += kt
+
+
+def _empty_barrier(b: GraphBuilder) -> int:
+    if not hasattr(b, "_empty_id"):
+        b._empty_id = b.barrier("smem_empty", expected=1)  # type: ignore[attr-defined]
+    return int(b._empty_id)  # type: ignore[attr-defined]
+
+
+def _pingpong(w: GemmWriter, kts: tuple[int, ...]) -> None:
+    """Each tile splits into two row halves; consumer WGs take turns on the tensor pipe (an ordering token
+    passes from one mainloop to the next) so one WG's epilogue overlaps the other's mainloop. B is loaded
+    once per half: more TMA traffic for more overlap (CUTLASS KernelTmaWarpSpecializedPingpong)."""
+    b, cfg = w.b, w.cfg
+    producer = b.group("producer", 0, 4, role="tma")
+    consumers = [b.group(f"consumer{c}", 4 + 4 * c, 4, role="mma") for c in range(2)]
+    split = cfg.split_k > 1
+    g = 0
+    token = -1
+    for t, kt in enumerate(kts):
+        for c, cg in enumerate(consumers):
+            stage_loads = []
+            for i in range(kt):
+                pair = [w.load_a(producer, t, i, parts=2, sub=c), w.load_b(producer, t, i)]
+                w.slot_users.append([])
+                w.reuse_slot(g + i, pair)
+                stage_loads.append(pair)
+            prev_mma = -1
+            for i in range(kt):
+                mma = w.mma(cg, cfg.bm // 2, cfg.bn, f"mma{c}[t{t},k{i}]")
+                for ld in stage_loads[i]:
+                    b.data(ld, mma)
+                if i == 0 and token >= 0 and cfg.order_edges:
+                    b.order(token, mma)  # the other consumer's mainloop has issued its last MMA
+                if prev_mma >= 0:
+                    arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{i - 1}]",
+                                    barrier=_empty_barrier(b))
+                    b.data(prev_mma, arrive)
+                    w.slot_users[g + i - 1].append(arrive)
+                prev_mma = mma
+            token = prev_mma
+            arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{kt - 1}]",
+                            barrier=_empty_barrier(b))
+            b.data(prev_mma, arrive)
+            w.slot_users[g + kt - 1].append(arrive)
+            w.epilogue_nodes(cg, t, cfg.bm // 2, c, 2, [prev_mma], split=split)
+            g += kt
+
+
+def _sm100(w: GemmWriter, kts: tuple[int, ...]) -> None:
+    """TMA warp, single-thread tcgen05 MMA warp, epilogue WG reading TMEM; two TMEM accumulators let the
+    epilogue of tile t overlap the mainloop of tile t+1 (CUTLASS sm100 warp-specialised kernels)."""
+    b, cfg = w.b, w.cfg
+    producer = b.group("tma", 0, 1, role="tma")
+    mma_warp = b.group("mma", 1, 1, role="mma")
+    epi = b.group("epilogue", 4, 4, role="epilogue")
+    split = cfg.split_k > 1
+    g = 0
+    acc_free: dict[int, int] = {}
+    for t, kt in enumerate(kts):
+        stage_loads = []
+        for i in range(kt):
+            pair = [w.load_a(producer, t, i), w.load_b(producer, t, i)]
+            w.slot_users.append([])
+            w.reuse_slot(g + i, pair)
+            stage_loads.append(pair)
+        last = -1
+        for i in range(kt):
+            mma = w.mma(mma_warp, cfg.bm, cfg.bn, f"umma[t{t},k{i}]")
+            for ld in stage_loads[i]:
+                b.data(ld, mma)
+            if i == 0 and t - 2 in acc_free and cfg.order_edges:
+                b.data(acc_free[t - 2], mma)  # TMEM accumulator buffer reused after its epilogue read it
+            commit = b.node(mma_warp, Op.BARRIER_ARRIVE, Unit.NONE, name=f"commit[t{t},k{i}]",
+                            barrier=_empty_barrier(b), ordered=False)
+            b.data(mma, commit)
+            w.slot_users[g + i].append(commit)
+            last = mma
+        acc_free[t], _ = w.epilogue_nodes(epi, t, cfg.bm, 0, 1, [last], tmem=True, split=split)
+        g += kt

@@ -1,0 +1,143 @@
+"""GEMM tile configurations: pipeline organisations, tile sizes, and the default heuristic per architecture.
+
+Used by torchsim.lowering.templates.gemm; a configuration is a parameter of the one GEMM template family.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from torchsim.graph.kinds import DType
+from torchsim.hwmodels.gpu import Arch, GpuProfile
+
+
+class Pipeline(Enum):
+    """How the mainloop is organised (GPU-Tile-Sim §4 'Software pipelining'; CUTLASS kernel schedules)."""
+
+    SM80_MULTISTAGE = "sm80-multistage"  # cp.async multistage; every warp loads and computes
+    NAIVE_2STAGE = "naive-2stage"  # sm90: one warp group issues TMA and wgmma in sequence, 2 buffers
+    WS_COOPERATIVE = "ws-cooperative"  # sm90: producer WG + 2 consumer WGs splitting one tile
+    WS_PINGPONG = "ws-pingpong"  # sm90: producer + 2 consumer WGs on alternating sub-tiles
+    WS_3STAGE = "ws-3stage"  # sm90: producer + 2 consumer WGs + a dedicated epilogue WG
+    SM100_TCGEN05 = "sm100-tcgen05"  # TMA warp + single-thread tcgen05 MMA warp + epilogue WG, TMEM accumulators
+
+    @classmethod
+    def parse(cls, name: str) -> Pipeline:
+        for p in cls:
+            if p.value == name:
+                return p
+        raise ValueError(f"unknown GEMM variant {name!r}; valid: {', '.join(p.value for p in cls)}")
+
+
+ARCH_PIPELINES = {
+    Arch.SM80: (Pipeline.SM80_MULTISTAGE,),
+    Arch.SM90: (Pipeline.WS_COOPERATIVE, Pipeline.WS_PINGPONG, Pipeline.WS_3STAGE, Pipeline.NAIVE_2STAGE),
+    Arch.SM100: (Pipeline.SM100_TCGEN05,),
+}
+
+
+class Epilogue(Enum):
+    NONE = "none"
+    SILU = "silu"
+    BIAS = "bias"
+    RESIDUAL = "residual"
+
+    @classmethod
+    def parse(cls, name: str) -> Epilogue:
+        try:
+            return cls(name)
+        except ValueError:
+            raise ValueError(f"unknown epilogue {name!r}; valid: {', '.join(e.value for e in cls)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class GemmConfig:
+    """Tile sizes, pipeline depth and organisation. `b_split` CTAs share each B tile (TMA multicast in a
+    cluster on sm90, the CTA pair of cta_group::2 on sm100); `split_k` slices K across CTAs."""
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    pipeline: Pipeline
+    persistent: bool = True
+    b_split: int = 1
+    split_k: int = 1
+    warps: int = 8  # sm80: warps of the CTA
+    order_edges: bool = True  # False: ablation that drops ORDER edges (synchronisation, buffer reuse)
+    raster_group: int = 8  # CTA rasterisation: column-major groups of this many M tiles (L2 locality)
+
+    def __post_init__(self) -> None:
+        for name in ("bm", "bn", "bk", "stages", "b_split", "split_k", "warps", "raster_group"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"GEMM config field {name} must be > 0, got {getattr(self, name)}")
+        if self.bn % self.b_split:
+            raise ValueError(f"GEMM config: bn={self.bn} is not divisible by b_split={self.b_split}")
+        if self.pipeline in (Pipeline.WS_COOPERATIVE, Pipeline.WS_3STAGE, Pipeline.WS_PINGPONG) and self.bm < 128:
+            raise ValueError(f"GEMM variant {self.pipeline.value} splits the tile over two consumer warp "
+                             f"groups and needs bm >= 128 (got {self.bm}); use naive-2stage for bm=64")
+
+    def smem_bytes(self, dtype: DType) -> int:
+        a = self.bm * self.bk
+        b = self.bn * self.bk // self.b_split * self.b_split  # the full B tile lands in each CTA's smem
+        if self.pipeline is Pipeline.WS_PINGPONG:
+            a, b = self.bm * self.bk // 2, self.bn * self.bk  # one buffer holds one consumer's sub-tile
+        epi = self.bm * self.bn * 2 if self.pipeline is not Pipeline.SM80_MULTISTAGE else 0
+        return int((a + b) * dtype.nbytes * self.stages + epi)
+
+    def threads(self) -> int:
+        if self.pipeline is Pipeline.SM80_MULTISTAGE:
+            return 32 * self.warps
+        if self.pipeline is Pipeline.NAIVE_2STAGE:
+            return 128
+        if self.pipeline is Pipeline.WS_3STAGE:
+            return 512
+        if self.pipeline is Pipeline.SM100_TCGEN05:
+            return 192
+        return 384
+
+
+def default_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int = 1,
+                   pipeline: Pipeline | None = None) -> GemmConfig:
+    """The tile configuration a tuned library would pick: large tiles for large problems, split-K when the
+    output has too few tiles to fill the SMs, and the largest pipeline depth that fits shared memory."""
+    allowed = ARCH_PIPELINES.get(hw.arch)
+    if allowed is None:
+        raise ValueError(f"no GPU GEMM template for architecture {hw.arch.value} of {hw.name}")
+    if pipeline is not None and pipeline not in allowed:
+        raise ValueError(f"GEMM variant {pipeline.value} needs units {hw.name} ({hw.arch.value}) lacks; "
+                         f"valid here: {', '.join(p.value for p in allowed)}")
+    pipe = pipeline or allowed[0]
+    bk = 128 if dtype.is_fp8 else 64
+    if hw.arch is Arch.SM80:
+        bm, bn, bk = (128, 256, 32) if m > 64 else (64, 128, 64)
+        cfg = GemmConfig(bm, bn, bk, 3, pipe, persistent=False, warps=8 if m > 64 else 4)
+    elif hw.arch is Arch.SM90:
+        small = m <= 64 and pipe in (Pipeline.NAIVE_2STAGE, Pipeline.WS_COOPERATIVE)
+        if small:
+            pipe = Pipeline.NAIVE_2STAGE
+        bm = 64 if small else 128
+        bn = 256 if n >= 256 else 128
+        cfg = GemmConfig(bm, bn, bk, 4, pipe, persistent=True, b_split=1 if small else 2)
+    else:
+        bm = 128
+        bn = 256 if n >= 256 else 128
+        cfg = GemmConfig(bm, bn, bk, 4, pipe, persistent=True, b_split=1 if m <= 128 else 2)
+    return fit_config(cfg, m, n, k, dtype, hw, batch)
+
+
+def fit_config(cfg: GemmConfig, m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int = 1) -> GemmConfig:
+    """Deepest pipeline that fits shared memory; split-K when output tiles cannot fill the SMs."""
+    limit = float(hw.smem_per_cta_bytes.value)
+    while cfg.stages > 2 and cfg.smem_bytes(dtype) > limit:
+        cfg = replace(cfg, stages=cfg.stages - 1)
+    tiles = batch * math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
+    k_tiles = math.ceil(k / cfg.bk)
+    if tiles < hw.sms // 2 and k_tiles >= 8:
+        split = min(hw.sms // max(1, tiles), k_tiles // 4, 16)
+        cfg = replace(cfg, split_k=max(1, split))
+    if cfg.b_split > 1 and math.ceil(m / cfg.bm) < cfg.b_split:
+        cfg = replace(cfg, b_split=1)
+    return cfg

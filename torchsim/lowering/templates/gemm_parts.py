@@ -1,0 +1,100 @@
+"""Node-writing helpers shared by the GEMM family: operand loads, MMAs, slot reuse, epilogues.
+
+A `GemmWriter` wraps a GraphBuilder for one CTA class; tile coordinates are affine in the CTA's unit
+parameters (`m{t}`, `nb{t}`, `k{t}`, `r{t}`), so one template serves every CTA of the class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchsim.graph import DType, GraphBuilder, Op, Space, TileDesc, Unit, aff
+from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig
+
+
+@dataclass
+class GemmWriter:
+    b: GraphBuilder
+    cfg: GemmConfig
+    dtype: DType
+    out_dtype: DType
+    epilogue: Epilogue
+    async_copy: bool  # True: TMA (sm90/sm100); False: cp.async through LD/ST (sm80)
+    slot_users: list[list[int]] = field(default_factory=list)  # per global load index: nodes freeing its slot
+
+    # -- operands -----------------------------------------------------------------------------------------
+    def _load(self, group: int, tile: TileDesc, name: str) -> int:
+        op, unit = (Op.TMA_LOAD, Unit.TMA) if self.async_copy else (Op.CP_ASYNC, Unit.LDST)
+        return self.b.node(group, op, unit, work=tile.nbytes, tile=tile, name=name)
+
+    def load_a(self, group: int, t: int, i: int, parts: int = 1, sub: int = 0) -> int:
+        cfg = self.cfg
+        tile = TileDesc(Space.GLOBAL, self.dtype, (cfg.bm // parts, cfg.bk), "A",
+                        (aff(sub, **{f"m{t}": parts}), aff(i, **{f"k{t}": 1})))
+        return self._load(group, tile, f"load_A[t{t},k{i}]" + (f".{sub}" if parts > 1 else ""))
+
+    def load_b(self, group: int, t: int, i: int) -> int:
+        cfg = self.cfg
+        s = cfg.b_split
+        tile = TileDesc(Space.GLOBAL, self.dtype, (cfg.bn // s, cfg.bk), "B",
+                        (aff(0, **{f"nb{t}": s, f"r{t}": 1}), aff(i, **{f"k{t}": 1})))
+        return self._load(group, tile, f"load_B[t{t},k{i}]")
+
+    def reuse_slot(self, g: int, loads: list[int]) -> None:
+        """Loads of global stage `g` wait until the consumers of stage `g - stages` freed the slot."""
+        if not self.cfg.order_edges or g < self.cfg.stages:
+            return
+        for user in self.slot_users[g - self.cfg.stages]:
+            for ld in loads:
+                self.b.order(user, ld)
+
+    def mma(self, group: int, rows: int, cols: int, name: str) -> int:
+        return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * rows * cols * self.cfg.bk, name=name)
+
+    # -- epilogue -----------------------------------------------------------------------------------------
+    def epilogue_nodes(self, group: int, t: int, rows: int, sub: int, parts: int, after: list[int],
+                       tmem: bool = False, split: bool = False) -> tuple[int, int]:
+        """Accumulators -> (TMEM load) -> epilogue math -> shared memory -> global.
+
+        Returns (the node that reads the accumulators, the store node)."""
+        b, cfg = self.b, self.cfg
+        elems = rows * cfg.bn
+        prev: list[int] = list(after)
+        first: list[int] = []
+
+        def step(node: int) -> None:
+            for p in prev:
+                b.data(p, node)
+            prev[:] = [node]
+            if not first:
+                first.append(node)
+
+        if tmem:
+            step(b.node(group, Op.TMEM_LOAD, Unit.TMEM, work=elems * 4.0,
+                        tile=TileDesc(Space.TMEM, DType.FP32, (rows, cfg.bn), f"acc{t % 2}"), name=f"tmem_ld[t{t}]"))
+        if self.epilogue is Epilogue.SILU:
+            step(b.node(group, Op.EXP, Unit.SFU, work=2.0 * elems, name=f"silu_mufu[t{t}]"))
+            step(b.node(group, Op.ELEMENTWISE, Unit.FMA, work=3.0 * elems, name=f"silu_fma[t{t}]"))
+        elif self.epilogue in (Epilogue.BIAS, Epilogue.RESIDUAL):
+            shape = (1, cfg.bn) if self.epilogue is Epilogue.BIAS else (rows, cfg.bn)
+            coord = (aff(), aff(**{f"n{t}": 1})) if self.epilogue is Epilogue.BIAS else \
+                (aff(sub, **{f"m{t}": parts}), aff(**{f"n{t}": 1}))
+            src = TileDesc(Space.GLOBAL, self.out_dtype, shape, self.epilogue.value, coord)
+            op, unit = (Op.TMA_LOAD, Unit.TMA) if self.async_copy else (Op.LDG, Unit.LDST)
+            ld = b.node(group, op, unit, work=src.nbytes, tile=src, name=f"load_{self.epilogue.value}[t{t}]")
+            prev.append(ld)
+            step(b.node(group, Op.ELEMENTWISE, Unit.FMA, work=float(elems), name=f"{self.epilogue.value}[t{t}]"))
+        else:
+            step(b.node(group, Op.ELEMENTWISE, Unit.FMA, work=float(elems), name=f"convert[t{t}]"))
+        out_dtype = DType.FP32 if split else self.out_dtype
+        out = TileDesc(Space.GLOBAL, out_dtype, (1, rows, cfg.bn) if split else (rows, cfg.bn),
+                       "C_partial" if split else "C",
+                       (aff(**{f"k{t}": 1}), aff(sub, **{f"m{t}": parts}), aff(**{f"n{t}": 1})) if split else
+                       (aff(sub, **{f"m{t}": parts}), aff(**{f"n{t}": 1})))
+        if self.async_copy:
+            staged = TileDesc(Space.SHARED, out_dtype, (rows, cfg.bn), "C_smem")
+            step(b.node(group, Op.STS, Unit.LDST, work=staged.nbytes, tile=staged, name=f"sts_C[t{t}]"))
+            step(b.node(group, Op.TMA_STORE, Unit.TMA, work=out.nbytes, tile=out, name=f"store_C[t{t}]"))
+        else:
+            step(b.node(group, Op.STG, Unit.LDST, work=out.nbytes, tile=out, name=f"store_C[t{t}]"))
+        return first[0], prev[0]
