@@ -61,8 +61,12 @@ class GraphBuilder:
         return len(self._barriers) - 1
 
     def node(self, group: int, op: Op, unit: Unit, work: float = 0.0, tile: TileDesc | None = None,
-             name: str = "", barrier: int = -1, phase: int = 0, after: int | None = None) -> int:
-        """Add a node to `group`. With program order on, an ORDER edge joins it to the group's previous node."""
+             name: str = "", barrier: int = -1, phase: int = 0, ordered: bool = True) -> int:
+        """Add a node to `group`. With program order on, an ORDER edge joins it to the group's previous node.
+
+        `ordered=False` adds a node outside the group's program order (an asynchronous completion such as
+        tcgen05.commit arriving on a barrier when the MMA finishes).
+        """
         if not 0 <= group < len(self._groups):
             raise GraphError(f"template {self.name!r}: node {name!r} names group {group}, "
                              f"but only {len(self._groups)} groups exist")
@@ -86,10 +90,11 @@ class GraphBuilder:
                 self._tiles.append(tile)
                 self._tile_ids[tile] = tid
             self._tile.append(tid)
-        prev = self._last_in_group.get(group) if after is None else after
-        if self.program_order and prev is not None:
-            self._edges.append((prev, idx, int(Edge.ORDER)))
-        self._last_in_group[group] = idx
+        if ordered:
+            prev = self._last_in_group.get(group)
+            if self.program_order and prev is not None:
+                self._edges.append((prev, idx, int(Edge.ORDER)))
+            self._last_in_group[group] = idx
         return idx
 
     def data(self, src: int, dst: int) -> None:
