@@ -138,7 +138,8 @@ def test_real_write_failure_past_file_size_limit_keeps_old_parquet(tmp_path: Pat
         sys.exit(0)
     """)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, env=env,
+                         timeout=120)
     assert out.returncode == 3, out.stdout + out.stderr
     assert str(target) in out.stdout and "too large" in out.stdout
     assert target.read_bytes() == before

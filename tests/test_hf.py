@@ -111,3 +111,19 @@ def test_hf_llama_config_json_is_read_by_the_registry(tmp_path: Path) -> None:
     loaded = get_config(tmp_path / "ckpt" / "config.json")
     assert isinstance(loaded, LlamaConfig)
     assert (loaded.hidden_size, loaded.num_key_value_heads, loaded.intermediate_size) == (4096, 8, 14336)
+
+
+def test_hf_moe_block_plans_like_torchsim_moe_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_mixtral import moe_block_kernels
+
+    from torchsim.lowering import patterns, plan
+    from torchsim.models.moe_patterns import moe_serving_patterns
+
+    monkeypatch.setitem(patterns.PRESETS, "serving", (*moe_serving_patterns(), *patterns.SERVING))
+    plan._plan_graph.cache_clear()
+    cfg = mixtral_config("mixtral-8x7b").with_layers(1)
+    ours = moe_block_kernels(build_mixtral(cfg).layers[0].mlp, 64, 4096)
+    theirs = moe_block_kernels(hf.build_hf_model(cfg).model.layers[0].mlp, 64, 4096)
+    plan._plan_graph.cache_clear()
+    assert [k for k, _ in theirs] == [k for k, _ in ours]
+    assert ("reduce", "moe_sum") in theirs and ("router_topk", "topk_softmax") in theirs

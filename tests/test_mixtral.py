@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,37 @@ def test_plan_sizes_each_grouped_gemm_from_the_routing() -> None:
     assert [(c.layer, c.p("tokens_per_expert"), c.p("n"), c.p("k")) for c in grouped] == [
         (0, (16, 8, 8, 0), 2 * 128, 64), (0, (16, 8, 8, 0), 64, 128),
         (1, (4, 4, 12, 12), 2 * 128, 64), (1, (4, 4, 12, 12), 64, 128)]
+
+
+@pytest.fixture
+def serving_with_moe(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The serving preset with models.moe_patterns spliced in front (as lowering.patterns is asked to do)."""
+    from torchsim.lowering import patterns, plan
+    from torchsim.models.moe_patterns import moe_serving_patterns
+
+    monkeypatch.setitem(patterns.PRESETS, "serving", (*moe_serving_patterns(), *patterns.SERVING))
+    plan._plan_graph.cache_clear()
+    yield
+    plan._plan_graph.cache_clear()
+
+
+def moe_block_kernels(block: Any, tokens: int, hidden: int) -> list[tuple[str, str]]:
+    """(kind, name suffix) of the serving kernels of one MoE block captured on its own."""
+    from torchsim.lowering.capture import capture_module
+    from torchsim.lowering.plan import plan_graph
+
+    x = torch.empty(1, tokens, hidden, dtype=torch.bfloat16, device="meta")
+    calls = plan_graph(capture_module(block, (x,)), "serving").calls
+    return [(c.kind.value, c.name.rsplit(".", 1)[-1]) for c in calls]
+
+
+def test_serving_moe_block_is_the_fused_moe_kernel_sequence(serving_with_moe: None) -> None:
+    model = build_mixtral(mixtral_config("mixtral-8x7b").with_layers(1))
+    assert moe_block_kernels(model.layers[0].mlp, 128, 4096) == [
+        ("gemm", "gate"), ("router_topk", "topk_softmax"), ("elementwise", "moe_align"),
+        ("grouped_gemm", "experts"), ("silu_mul", "silu_mul"), ("grouped_gemm", "experts"),
+        ("reduce", "moe_sum")]
+    from torchsim.lowering.plan import plan_model
+
+    plan = plan_model(build_mixtral("mixtral-micro"), batch=1, q_len=8, past_len=0)  # no fallback needed
+    assert not plan.unsupported and plan.kinds()["grouped_gemm"] == 4

@@ -37,7 +37,8 @@ def names(trace: Trace) -> dict[int, str]:
 
 def slices_by_track(trace: Trace) -> dict[tuple[str, int], list[tuple[str, int, int]]]:
     """(track name, uuid) -> [(slice name, begin ns, end ns)] rebuilt from BEGIN/END pairs."""
-    track_names = {p.track_descriptor.uuid: p.track_descriptor.name for p in trace.packet if p.HasField("track_descriptor")}
+    track_names = {p.track_descriptor.uuid: p.track_descriptor.name
+                   for p in trace.packet if p.HasField("track_descriptor")}
     iid = names(trace)
     open_: dict[int, list[tuple[str, int]]] = defaultdict(list)
     out: dict[tuple[str, int], list[tuple[str, int, int]]] = defaultdict(list)
@@ -76,6 +77,7 @@ def test_kernel_args_carry_cycles_and_leave_out_what_was_not_modelled(tmp_path: 
     pred = synthetic_prediction(layers=1, decode_steps=0)
     trace = parse(Path(write_trace(tmp_path / "a.pftrace", [pred]).path))
     arg_names = {n.iid: n.name for p in trace.packet for n in p.interned_data.debug_annotation_names}
+    strings = {n.iid: n.str.decode() for p in trace.packet for n in p.interned_data.debug_annotation_string_values}
     iid = names(trace)
     by_kernel: dict[str, dict[str, object]] = {}
     for p in trace.packet:
@@ -85,7 +87,8 @@ def test_kernel_args_carry_cycles_and_leave_out_what_was_not_modelled(tmp_path: 
     for k in pred.kernels:
         args = by_kernel[k.kernel_name]
         assert args["cycles"].int_value == k.duration_cycles  # type: ignore[attr-defined]
-        assert args["shapes"].string_value == k.shapes_text()  # type: ignore[attr-defined]
+        assert strings[args["shapes"].string_value_iid] == k.shapes_text()  # type: ignore[attr-defined]
+        assert args["start_cycles"].int_value == k.start_cycles  # type: ignore[attr-defined]
         assert ("busy.tensor" in args) == (not k.roofline_fallback)
         assert ("flops" in args) == (k.flops is not None)
 

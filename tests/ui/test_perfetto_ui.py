@@ -128,7 +128,8 @@ class PerfettoUI:
         self.evaluate("window.torchsimStale = true")  # the old page's app must not pass for the new one
         self.cdp("Page.navigate", url=self.url)
         while time.monotonic() - t0 < LOAD_TIMEOUT_S:
-            ready = self.evaluate("!window.torchsimStale && !!(window.app && window.app.trace && window.app.trace.engine)")
+            ready = self.evaluate("!window.torchsimStale && "
+                                  "!!(window.app && window.app.trace && window.app.trace.engine)")
             if ready:
                 return time.monotonic() - t0
             time.sleep(0.25)
@@ -221,6 +222,9 @@ def test_end_to_end_trace_opens_in_perfetto_ui(ui: PerfettoUI, artifacts: Path, 
     cycles = ui.scalar("select a.int_value from slice s join args a using(arg_set_id) "
                        f"where s.name = '{first.kernel_name}' and a.key = 'debug.cycles' order by s.ts limit 1")
     assert cycles == first.duration_cycles
+    shapes = ui.scalar("select a.display_value from slice s join args a using(arg_set_id) "
+                       f"where s.name = '{first.kernel_name}' and a.key = 'debug.shapes' order by s.ts limit 1")
+    assert shapes == first.shapes_text()  # interned strings resolve in the UI's trace processor
     assert ui.scalar("select count(*) from slice where name like 'decode step %'") == 2 * 4
     assert ui.scalar("select count(*) from process where name like 'a100-sxm%'") == 1
 
@@ -231,3 +235,21 @@ def test_kernel_detail_trace_opens_in_perfetto_ui(ui: PerfettoUI, artifacts: Pat
     assert_ui_matches(ui, report, artifacts / "detail.png")
     names = {row[0] for row in ui.query("select name from counter_track")}
     assert {"tensor pipe utilisation", "DRAM bandwidth", "L2 hit rate"} <= names
+
+
+def test_simulated_kernel_detail_opens_in_perfetto_ui(ui: PerfettoUI, artifacts: Path, tmp_path: Path) -> None:
+    """A detail trace of a kernel the engine really simulated (node records, barrier and data flows)."""
+    from torchsim.exports.adapt import kernel_detail
+    from torchsim.exports.records import RunInfo
+    from torchsim.exports.synthetic import toy_ws_gemm
+    from torchsim.hwmodels import get_profile
+    from torchsim.sim import simulate
+
+    hw = get_profile("h100-sxm")
+    kg = toy_ws_gemm(m_tiles=4, n_tiles=4, k_steps=8)
+    detail = kernel_detail(simulate(kg, hw, record=True), kg, RunInfo("toy", "", hw.name))
+    report = write_trace(tmp_path / "toy-gemm.perfetto-trace", details=[detail])
+    assert_ui_matches(ui, report, artifacts / "toy-gemm.png")
+    barrier_flows = ui.scalar("select count(*) from flow f join slice so on f.slice_out = so.id "
+                              "where so.name like 'release%'")
+    assert barrier_flows == sum(d.kind == "barrier" for d in detail.dependencies)

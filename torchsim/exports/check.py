@@ -49,6 +49,7 @@ def check_packets(trace: Trace, where: str = "<trace>") -> TraceStats:
     tids: set[int] = set()
     names: set[int] = set()
     arg_names: set[int] = set()
+    strings: set[int] = set()
     opened: dict[int, tuple[int, int]] = {}  # flow id -> (ts, packet index) of the slice that starts it
     terminated: dict[int, tuple[int, int]] = {}
     stats = TraceStats()
@@ -59,10 +60,12 @@ def check_packets(trace: Trace, where: str = "<trace>") -> TraceStats:
             names.add(n.iid)
         for n in p.interned_data.debug_annotation_names:
             arg_names.add(n.iid)
+        for n in p.interned_data.debug_annotation_string_values:
+            strings.add(n.iid)
         if p.HasField("track_descriptor"):
             _check_descriptor(p, i, tracks, pids, tids, problems, stats)
         elif p.HasField("track_event"):
-            _check_event(p, i, tracks, names, arg_names, opened, terminated, problems, stats)
+            _check_event(p, i, tracks, (names, arg_names, strings), opened, terminated, problems, stats)
     for uuid, t in tracks.items():
         if t.stack:
             problems.append(f"track {uuid} {t.name!r}: {len(t.stack)} slices never ended")
@@ -105,8 +108,10 @@ def _check_descriptor(p: TracePacket, i: int, tracks: dict[int, _TrackState], pi
     tracks[td.uuid] = _TrackState(td.name, is_counter)
 
 
-def _check_event(p: TracePacket, i: int, tracks: dict[int, _TrackState], names: set[int], arg_names: set[int],
-                 opened: dict[int, tuple[int, int]], terminated: dict[int, tuple[int, int]], problems: list[str], stats: TraceStats) -> None:
+def _check_event(p: TracePacket, i: int, tracks: dict[int, _TrackState], interned: tuple[set[int], set[int], set[int]],
+                 opened: dict[int, tuple[int, int]], terminated: dict[int, tuple[int, int]], problems: list[str],
+                 stats: TraceStats) -> None:
+    names, arg_names, strings = interned
     e = p.track_event
     t = tracks.get(e.track_uuid)
     if t is None:
@@ -121,6 +126,8 @@ def _check_event(p: TracePacket, i: int, tracks: dict[int, _TrackState], names: 
     for a in e.debug_annotations:
         if a.HasField("name_iid") and a.name_iid not in arg_names:
             problems.append(f"packet {i}: argument name iid {a.name_iid} used before it is interned")
+        if a.HasField("string_value_iid") and a.string_value_iid not in strings:
+            problems.append(f"packet {i}: argument string iid {a.string_value_iid} used before it is interned")
     if e.type == TrackEvent.TYPE_COUNTER:
         if not t.is_counter:
             problems.append(f"packet {i}: counter value on {t.name!r}, which is not a counter track")

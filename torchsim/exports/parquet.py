@@ -47,7 +47,8 @@ def _stall(reason: str) -> Callable[[RunInfo, KernelRecord], float | None]:
 
 
 KERNEL_COLUMNS: tuple[Column, ...] = (
-    Column("run_id", pa.string(), "identifies the run (model, hardware, preset, scenario)", lambda r, k: r.run_id, False),
+    Column("run_id", pa.string(), "identifies the run (model, hardware, preset, scenario)",
+           lambda r, k: r.run_id, False),
     Column("model", pa.string(), "model name", lambda r, k: r.model, False),
     Column("hardware", pa.string(), "hardware profile name", lambda r, k: r.hardware, False),
     Column("preset", pa.string(), "fusion preset (eager, serving); NULL for a standalone kernel",

@@ -31,8 +31,7 @@ class TraceReport:
 
 def kernel_args(k: KernelRecord) -> dict[str, ArgValue]:
     """The arguments shown for a kernel slice; quantities that were not modelled are left out."""
-    args: dict[str, ArgValue] = {"kind": k.kernel_kind, "shapes": k.shapes_text(), "cycles": k.duration_cycles,
-                                 "start_cycles": k.start_cycles, "duration_us": round(k.duration_us, 4)}
+    args: dict[str, ArgValue] = {"kind": k.kernel_kind, "shapes": k.shapes_text(), "cycles": k.duration_cycles}
     optional: dict[str, ArgValue | None] = {
         "dtype": k.dtype or None, "bound": k.bound, "layer": k.layer, "template": k.template,
         "flops": k.flops, "dram_bytes": k.dram_bytes, "l2_hit_rate": k.l2_hit_rate,
@@ -93,7 +92,8 @@ def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us:
                         raise ValueError(f"{device}: kernel {k.kernel_index} {k.kernel_name!r} starts at "
                                          f"{k.start_us} us, before kernel {prev_name!r} on stream {k.stream} ends")
                     start = prev_end
-                w.slice(start, max(end, start) - start, track, k.kernel_name, kernel_args(k))
+                w.slice(start, max(end, start) - start, track, k.kernel_name, kernel_args(k),
+                        unique_args={"start_cycles": k.start_cycles})
                 prev_end, prev_name = max(end, start), k.kernel_name
             if phase and step is not None:
                 w.end(prev_end, track)

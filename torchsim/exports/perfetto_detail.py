@@ -45,9 +45,7 @@ def assign_lanes(events: list[tuple[int, int, int]]) -> list[int]:
 
 
 def _node_args(e: NodeEvent) -> dict[str, ArgValue]:
-    args: dict[str, ArgValue] = {"cta": e.cta, "op": e.op, "unit": e.unit, "cycles": e.end_cycle - e.start_cycle,
-                                 "issue_cycle": e.issue_cycle, "start_cycle": e.start_cycle,
-                                 "end_cycle": e.end_cycle}
+    args: dict[str, ArgValue] = {"op": e.op, "unit": e.unit, "cycles": e.end_cycle - e.start_cycle}
     if e.wait_reason is not None:
         args["wait_reason"] = e.wait_reason
         args["wait_cycles"] = e.wait_cycles
@@ -76,7 +74,7 @@ def emit_detail(w: TraceWriter, detail: KernelDetail, offset_ns: int = 0, max_sl
     note = f", sampled {len(shown)} of {len(sms)} SMs" if sampled else ""
 
     # the kernel process: one slice for the whole kernel and the counter tracks
-    kproc = w.process(f"{detail.run.hardware}: kernel {k.kernel_name}{note}")
+    kproc = w.process(f"Kernel {k.kernel_name} on {detail.run.hardware}{note}")  # sorts before the SMs
     ktrack = w.thread(kproc, "kernel")
     end_cycle = max([k.duration_cycles] + [e.end_cycle for e in events])
     kargs: dict[str, ArgValue] = {"kind": k.kernel_kind, "shapes": k.shapes_text(), "cycles": k.duration_cycles,
@@ -89,36 +87,52 @@ def emit_detail(w: TraceWriter, detail: KernelDetail, offset_ns: int = 0, max_sl
         for cycle, value in zip(series.cycles, series.values):
             w.counter(ns(cycle), ctrack, value)
 
-    # flows: cross-group dependencies between shown events whose source starts no later than the target
+    # flows: cross-group dependencies between shown events; the source must come first in time order
+    # (events are recorded in issue order, so at equal start times the lower index issued first)
     shown_set = set(shown)
     flows_out: dict[int, list[int]] = defaultdict(list)
     flows_in: dict[int, list[int]] = defaultdict(list)
     for dep in detail.dependencies:
         src, dst = events[dep.src], events[dep.dst]
-        if src.sm not in shown_set or dst.sm not in shown_set:
-            continue
-        if (src.sm, src.group) == (dst.sm, dst.group) or ns(src.start_cycle) >= ns(dst.start_cycle):
-            continue  # same group (program order), or an arrow that would point back in time
+        if src.sm not in shown_set or dst.sm not in shown_set or (src.sm, src.group) == (dst.sm, dst.group):
+            continue  # not shown, or the same group (program order needs no arrow)
+        if (ns(src.start_cycle), dep.src) >= (ns(dst.start_cycle), dep.dst):
+            continue  # an order edge released at issue whose source started later: the arrow would point back
         fid = w.new_flow()
         flows_out[dep.src].append(fid)
         flows_in[dep.dst].append(fid)
 
+    # tracks first: a process per SM, a thread per group, a child track per extra lane
+    track_of: dict[int, int] = {}
     for sm in shown:
-        proc = w.process(f"SM {sm}" + (f" (sample of {len(shown)}/{len(sms)})" if sampled else ""))
+        label = f"SM {sm:0{len(str(max(detail.num_sms - 1, sm)))}d}"  # zero-padded: the UI sorts by name
+        proc = w.process(label + (f" (sample of {len(shown)}/{len(sms)})" if sampled else ""))
         by_group: dict[str, list[int]] = defaultdict(list)
         for i in per_sm[sm]:
             by_group[events[i].group].append(i)
         for group, idxs in by_group.items():
-            thread = w.thread(proc, group)
+            lane_tracks = [w.thread(proc, group)]
             spans = sorted((events[i].start_cycle, events[i].end_cycle, i) for i in idxs)
-            lanes = assign_lanes(spans)
-            lane_tracks = [thread]
-            for lane in range(1, max(lanes) + 1):
-                lane_tracks.append(w.track(thread, f"{group} (overlap {lane})"))
-            for lane in range(len(lane_tracks)):
-                for (start, end, i), ln in zip(spans, lanes):
-                    if ln != lane:
-                        continue
-                    e = events[i]
-                    w.slice(ns(start), ns(end) - ns(start), lane_tracks[lane], e.node, _node_args(e),
-                            flows_out.get(i, ()), flows_in.get(i, ()))
+            for (_, _, i), lane in zip(spans, assign_lanes(spans)):
+                while lane >= len(lane_tracks):
+                    lane_tracks.append(w.track(lane_tracks[0], f"{group} (overlap {len(lane_tracks)})"))
+                track_of[i] = lane_tracks[lane]
+
+    # then every slice in global time order: ends before begins at the same instant, ties in issue order
+    order: list[tuple[int, int, int]] = []
+    for i in track_of:
+        e = events[i]
+        b, t = ns(e.start_cycle), ns(e.end_cycle)
+        order.append((b, 1, i))
+        if t > b:
+            order.append((t, 0, i))
+    order.sort()
+    for ts, is_begin, i in order:
+        e = events[i]
+        if not is_begin:
+            w.end(ts, track_of[i])
+            continue
+        w.begin(ts, track_of[i], e.node, _node_args(e), flows_out.get(i, ()), flows_in.get(i, ()),
+                {"cta": e.cta, "issue_cycle": e.issue_cycle, "start_cycle": e.start_cycle, "end_cycle": e.end_cycle})
+        if ns(e.end_cycle) == ts:
+            w.end(ts, track_of[i])

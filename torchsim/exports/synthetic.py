@@ -41,12 +41,12 @@ def _kernel(i: int, name: str, kind: str, phase: str, step: int | None, layer: i
         clock_hz=clock_hz, start_us=start_us, duration_us=dur_us, dtype="bf16", params=params,
         template=None if fallback else f"{kind}_ws", template_config=None if fallback else {"tile_m": 128},
         flops=2.0 * tokens * 4096 * 4096 if gemm else None, dram_bytes=dur_us * 2.5e6,
-        l2_hit_rate=None if fallback else 0.5 + 0.01 * (i % 40),
+        l2_hit_rate=None if fallback else 0.5 + 0.01 * ((layer or 0) % 40),
         unit_busy=None if fallback else {"tensor": 0.7 if gemm else 0.0, "fma": 0.1, "ldst": 0.2, "tma": 0.3},
-        stalls_cycles=None if fallback else {"data": 100.0 + i % 7, "order": 10.0, "unit_busy": 5.0,
+        stalls_cycles=None if fallback else {"data": 100.0 + (layer or 0) % 7, "order": 10.0, "unit_busy": 5.0,
                                              "memory_queue": 40.0},
         bound=("compute" if gemm and tokens > 256 else "memory"), module_path=f"model.{name}",
-        source_line=f"llama.py:{100 + i % 50}", roofline_fallback=fallback)
+        source_line=f"llama.py:{100 + len(name) % 50}", roofline_fallback=fallback)
 
 
 def synthetic_prediction(hardware: str = "h100-sxm", layers: int = 4, prompt: int = 2048, decode_steps: int = 2,
@@ -59,7 +59,7 @@ def synthetic_prediction(hardware: str = "h100-sxm", layers: int = 4, prompt: in
         scale = (tokens / 2048.0 if phase == "prefill" else 0.004) * 1000.0 / speed
         names = [(f"layers.{layer}.{n}", kind, frac, layer) for layer in range(layers) for n, kind, frac in _LAYER]
         for name, kind, frac, layer in names + [("lm_head", "gemm", 0.5, None)]:
-            dur = max(0.5, frac * scale) * (1.0 + 0.05 * (len(kernels) % 3))
+            dur = max(0.5, frac * scale) * (1.0 + 0.05 * ((layer or 0) % 3))
             fallback = kind == "rope"
             kernels.append(_kernel(len(kernels), name, kind, phase, step, layer, t_us, dur, clock_hz, tokens,
                                    fallback))
@@ -104,7 +104,8 @@ def synthetic_detail(num_sms: int = 8, ctas: int = 12, k_steps: int = 6, hardwar
     kernel = KernelRecord(kernel_index=0, kernel_name="gemm_4096", kernel_kind="gemm", phase="", start_cycles=0,
                           duration_cycles=cycles, clock_hz=clock_hz, start_us=0.0, duration_us=cycles / clock_hz * 1e6,
                           dtype="bf16", params=(("k", 64 * k_steps), ("m", 128), ("n", 256)), template="gemm_ws",
-                          flops=2.0 * 128 * 256 * 64 * k_steps * ctas, dram_bytes=sum(e.dram_bytes or 0 for e in events),
+                          flops=2.0 * 128 * 256 * 64 * k_steps * ctas,
+                          dram_bytes=sum(e.dram_bytes or 0 for e in events),
                           l2_hit_rate=0.4, unit_busy={"tensor": 0.6, "tma": 0.4}, bound="compute")
     run = RunInfo(run_id=f"gemm-{hardware}", model="", hardware=hardware)
     return KernelDetail(kernel, run, num_sms, events, deps)

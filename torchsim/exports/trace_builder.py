@@ -61,6 +61,9 @@ class TraceWriter:
         self._next_flow = 1
         self._names: dict[str, int] = {}
         self._arg_names: dict[str, int] = {}
+        self._strings: dict[str, int] = {}
+        self._arg_sets: dict[tuple[tuple[str, ArgValue], ...], TrackEvent] = {}
+        self._arg_hits = 0
         self._open: dict[int, int] = {}  # track uuid -> open slice depth
         self._counter_tracks: set[int] = set()
         self._slice_tracks: set[int] = set()
@@ -129,8 +132,13 @@ class TraceWriter:
         return fid
 
     def begin(self, ts_ns: int, track: int, name: str, args: Mapping[str, ArgValue] | None = None,
-              flows_out: Iterable[int] = (), flows_in: Iterable[int] = ()) -> None:
-        """Open a slice; `flows_out` start arrows here, `flows_in` end arrows here."""
+              flows_out: Iterable[int] = (), flows_in: Iterable[int] = (),
+              unique_args: Mapping[str, int] | None = None) -> None:
+        """Open a slice; `flows_out` start arrows here, `flows_in` end arrows here.
+
+        `args` are encoded once per distinct set and reused (kernels repeat across layers and steps);
+        `unique_args` (integers that differ per slice, e.g. a start cycle) are added as they are.
+        """
         if track in self._counter_tracks:
             raise ValueError(f"slice {name!r} placed on counter track {track}")
         e = self._event(ts_ns, track, _BEGIN)
@@ -140,17 +148,22 @@ class TraceWriter:
         if inc:
             e.terminating_flow_ids.extend(inc)
             self.stats.flows += len(inc)
-        for key, value in (args or {}).items():
-            a = e.debug_annotations.add()
-            a.name_iid = self._intern_arg(key)
-            if isinstance(value, bool):
-                a.bool_value = value
-            elif isinstance(value, int):
-                a.int_value = value
-            elif isinstance(value, float):
-                a.double_value = value
+        if args:
+            arg_set = tuple(args.items())
+            annotations = self._arg_sets.get(arg_set)
+            if annotations is not None:
+                self._arg_hits += 1
+                e.MergeFrom(annotations)
+            elif self._caching():
+                annotations = self._arg_sets[arg_set] = TrackEvent()
+                self._annotate(annotations, args)
+                e.MergeFrom(annotations)
             else:
-                a.string_value = str(value)
+                self._annotate(e, args)
+        for key, number in (unique_args or {}).items():
+            a = e.debug_annotations.add()
+            a.name_iid = self._intern(self._arg_names, key, "debug_annotation_names")
+            a.int_value = number
         if track not in self._slice_tracks:
             self._slice_tracks.add(track)
             self.stats.slice_tracks += 1
@@ -166,8 +179,9 @@ class TraceWriter:
         self._event(ts_ns, track, _END)
 
     def slice(self, ts_ns: int, dur_ns: int, track: int, name: str, args: Mapping[str, ArgValue] | None = None,
-              flows_out: Iterable[int] = (), flows_in: Iterable[int] = ()) -> None:
-        self.begin(ts_ns, track, name, args, flows_out, flows_in)
+              flows_out: Iterable[int] = (), flows_in: Iterable[int] = (),
+              unique_args: Mapping[str, int] | None = None) -> None:
+        self.begin(ts_ns, track, name, args, flows_out, flows_in, unique_args)
         self.end(ts_ns + dur_ns, track)
 
     def counter(self, ts_ns: int, track: int, value: float) -> None:
@@ -177,6 +191,41 @@ class TraceWriter:
         self.stats.counters += 1
 
     # -- plumbing ----------------------------------------------------------------------------------------
+    MAX_CACHED_ARG_SETS = 200_000
+
+    def _caching(self) -> bool:
+        """Cache argument sets while they repeat (kernels of other layers and steps); stop when they do not."""
+        n = len(self._arg_sets)
+        if n >= self.MAX_CACHED_ARG_SETS:
+            return False
+        return n < 1000 or self._arg_hits >= n
+
+    def _annotate(self, holder: TrackEvent, args: Mapping[str, ArgValue]) -> None:
+        """Add debug annotations for `args`, names and strings interned."""
+        for key, value in args.items():
+            a = holder.debug_annotations.add()
+            a.name_iid = self._intern(self._arg_names, key, "debug_annotation_names")
+            if isinstance(value, bool):
+                a.bool_value = value
+            elif isinstance(value, int):
+                a.int_value = value
+            elif isinstance(value, float):
+                a.double_value = value
+            else:
+                a.string_value_iid = self._intern(self._strings, str(value), "debug_annotation_string_values")
+
+    def _intern(self, table: dict[str, int], text: str, field: str) -> int:
+        iid = table.get(text)
+        if iid is None:
+            iid = table[text] = len(table) + 1
+            entry = getattr(self._current.interned_data, field).add()
+            entry.iid = iid
+            if field == "debug_annotation_string_values":
+                entry.str = text.encode()
+            else:
+                entry.name = text
+        return iid
+
     def _packet(self) -> TracePacket:
         """A new packet; the previous one is complete by now, so a full batch is written first."""
         if len(self._batch.packet) >= self._batch_packets:
@@ -200,20 +249,7 @@ class TraceWriter:
         return e
 
     def _intern_name(self, name: str) -> int:
-        iid = self._names.get(name)
-        if iid is None:
-            iid = self._names[name] = len(self._names) + 1
-            entry = self._current.interned_data.event_names.add()
-            entry.iid, entry.name = iid, name
-        return iid
-
-    def _intern_arg(self, name: str) -> int:
-        iid = self._arg_names.get(name)
-        if iid is None:
-            iid = self._arg_names[name] = len(self._arg_names) + 1
-            entry = self._current.interned_data.debug_annotation_names.add()
-            entry.iid, entry.name = iid, name
-        return iid
+        return self._intern(self._names, name, "event_names")
 
     def _write_batch(self) -> None:
         if len(self._batch.packet):
