@@ -8,6 +8,7 @@ at completion; barrier waits need their arrivals. Time jumps from event to event
 from __future__ import annotations
 
 import heapq
+from collections import deque
 import math
 import time
 from typing import Any
@@ -131,6 +132,7 @@ class _Engine:
         self.heap: list[tuple[int, int, int, Any, Any]] = []
         self.seq = 0
         self.dirty: list[int] = []
+        self.instant: deque[tuple[_Cta, int]] = deque()
         self.is_dirty = [False] * self.nsm
         self.pending = [(ci, r) for ci, c in enumerate(kernel.classes) for r in range(c.count)]
         self.next_cta = 0
@@ -219,6 +221,9 @@ class _Engine:
                 cta.bar_wait[b].append(j)
                 return
         cta.ready_t[j] = t
+        if p.code[j] == ISSUE_ONLY:  # synchronisation retires in the cycle it becomes ready
+            self.instant.append((cta, j))
+            return
         self.sms[cta.sm].queues[p.sp0[j]].append((cta.seq * 4096 + p.group[j], j, cta))
         self._mark(cta.sm)
 
@@ -253,8 +258,11 @@ class _Engine:
                     if cta.bar[b] >= p.need[k]:
                         cta.why[k] = W_BARRIER
                         cta.ready_t[k] = t
-                        self.sms[cta.sm].queues[p.sp0[k]].append((cta.seq * 4096 + p.group[k], k, cta))
-                        self._mark(cta.sm)
+                        if p.code[k] == ISSUE_ONLY:
+                            self.instant.append((cta, k))
+                        else:
+                            self.sms[cta.sm].queues[p.sp0[k]].append((cta.seq * 4096 + p.group[k], k, cta))
+                            self._mark(cta.sm)
                     else:
                         still.append(k)
                 cta.bar_wait[b] = still
@@ -324,46 +332,53 @@ class _Engine:
 
     # -- issue ------------------------------------------------------------------------------------------
     def _try_issue(self, sm: _Sm, t: int) -> None:
+        """Issue at most one ready node per free subpartition at cycle `t`, in policy order."""
         spf = sm.sp_free
+        units = sm.units
         nxt = INF
         pol = self.policies[sm.index]
         for sp in range(self.nsp):
             q = sm.queues[sp]
             if not q:
                 continue
-            if spf[sp] > t:
-                nxt = min(nxt, spf[sp])
+            f = spf[sp]
+            if f > t:
+                if f < nxt:
+                    nxt = f
                 continue
-            cands = q if len(q) == 1 else pol.order(sp, q)
-            issued = False
-            for e in cands:
-                _, j, cta = e
-                p = cta.prep
+            if len(q) > 1:
+                q.sort(key=pol.key(sp))
+            for idx in range(len(q)):
+                e = q[idx]
+                j = e[1]
+                p = e[2].prep
                 sps = p.sps[j]
                 if len(sps) > 1:
-                    busy = max(spf[s] for s in sps)
+                    busy = max([spf[s] for s in sps])
                     if busy > t:
-                        nxt = min(nxt, busy)
+                        if busy < nxt:
+                            nxt = busy
                         continue
                 if p.code[j] != ISSUE_ONLY:
-                    unit = sm.units[p.unit[j]]
-                    if not unit.can_accept(t):
-                        nxt = min(nxt, unit.free_at)
+                    unit = units[p.unit[j]]
+                    if not unit.queued and unit.free_at > t:
+                        if unit.free_at < nxt:
+                            nxt = unit.free_at
                         continue
-                q.remove(e)
+                del q[idx]
                 for s in sps:
                     spf[s] = t + 1
                 pol.issued(sp, e)
-                self._issue(sm, cta, j, t)
-                issued = True
+                self._issue(sm, e[2], j, t)
+                if q and t + 1 < nxt:  # one issue per subpartition per cycle
+                    nxt = t + 1
                 break
-            if q and issued:  # one issue per subpartition per cycle; blocked entries wake when their unit frees
-                nxt = min(nxt, t + 1)
         if nxt < INF:
             w = int(nxt)
             if sm.wake is None or w < sm.wake:
                 sm.wake = w
-                self._push(w, EV_WAKE, sm.index, None)
+                self.seq += 1
+                heapq.heappush(self.heap, (w, self.seq, EV_WAKE, sm.index, None))
 
     # -- main loop --------------------------------------------------------------------------------------
     def run(self) -> KernelResult:
@@ -390,7 +405,11 @@ class _Engine:
                     self._mark(a)
             if heap and heap[0][0] == t:
                 continue
-            while self.dirty:
+            instant = self.instant
+            while self.dirty or instant:
+                while instant:
+                    cta, j = instant.popleft()
+                    self._issue(self.sms[cta.sm], cta, j, t)
                 batch = sorted(self.dirty)
                 self.dirty.clear()
                 for s in batch:
@@ -399,6 +418,8 @@ class _Engine:
                     self._try_issue(self.sms[s], t)
         if self.done_ctas < len(self.pending):
             raise DeadlockError(self._diagnose(t))
+        if self.memsys is None:  # write-back still queued at DRAM belongs to this kernel
+            t = max(t, math.ceil(self.dram.free_at))
         return self._result(t, time.perf_counter() - wall)
 
     def _diagnose(self, t: int) -> str:

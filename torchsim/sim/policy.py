@@ -6,7 +6,12 @@ A policy orders the ready entries of one subpartition queue. Entries are `(age, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
+
+
+def _oldest(e: tuple[int, int, Any]) -> tuple[int, int]:
+    return (e[0], e[1])
 
 
 class IssuePolicy:
@@ -17,8 +22,12 @@ class IssuePolicy:
     def __init__(self, subpartitions: int) -> None:
         self.last = [-1] * subpartitions
 
+    def key(self, sp: int) -> Callable[[tuple[int, int, Any]], Any]:
+        """Sort key of a queue entry at subpartition `sp`: smaller issues first."""
+        return _oldest
+
     def order(self, sp: int, entries: list[tuple[int, int, Any]]) -> list[tuple[int, int, Any]]:
-        return sorted(entries, key=lambda e: (e[0], e[1]))
+        return sorted(entries, key=self.key(sp))
 
     def issued(self, sp: int, entry: tuple[int, int, Any]) -> None:
         self.last[sp] = entry[0]
@@ -29,9 +38,9 @@ class GreedyThenOldest(IssuePolicy):
 
     name = "gto"
 
-    def order(self, sp: int, entries: list[tuple[int, int, Any]]) -> list[tuple[int, int, Any]]:
+    def key(self, sp: int) -> Callable[[tuple[int, int, Any]], Any]:
         last = self.last[sp]
-        return sorted(entries, key=lambda e: (e[0] != last, e[0], e[1]))
+        return lambda e: (e[0] != last, e[0], e[1])
 
 
 class RoundRobin(IssuePolicy):
@@ -39,9 +48,9 @@ class RoundRobin(IssuePolicy):
 
     name = "rr"
 
-    def order(self, sp: int, entries: list[tuple[int, int, Any]]) -> list[tuple[int, int, Any]]:
+    def key(self, sp: int) -> Callable[[tuple[int, int, Any]], Any]:
         last = self.last[sp]
-        return sorted(entries, key=lambda e: (e[0] <= last, e[0], e[1]))
+        return lambda e: (e[0] <= last, e[0], e[1])
 
 
 POLICIES: dict[str, type[IssuePolicy]] = {p.name: p for p in (GreedyThenOldest, RoundRobin, IssuePolicy)}
