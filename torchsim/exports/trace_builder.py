@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import IO, Self
+from typing import IO
 
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
@@ -265,7 +265,7 @@ class TraceWriter:
         self._write_batch()
         return self.stats
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
