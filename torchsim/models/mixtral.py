@@ -203,7 +203,7 @@ class MixtralDecoderLayer(nn.Module):
 
 class MixtralForCausalLM(nn.Module):
     """Segments head / layers / tail as in llama.LlamaForCausalLM, whose forward, step_inputs and
-    capture_segments it shares (they only touch head, layers, tail and the config's dense fields).
+    capture_segments it runs (they only touch head, layers, tail and the config's dense fields).
 
     >>> with torch.device("meta"):
     ...     m = MixtralForCausalLM(mixtral_config("mixtral-8x7b"))
@@ -221,15 +221,27 @@ class MixtralForCausalLM(nn.Module):
             self.tail.lm_head.weight = self.head.embed_tokens.weight
         self.to(dtype)
 
-    dtype = LlamaForCausalLM.dtype
-    forward = LlamaForCausalLM.forward
-    step_inputs = LlamaForCausalLM.step_inputs
-    capture_segments = LlamaForCausalLM.capture_segments
+    # The segment protocol is Llama's, reused as is: these read only head, layers, tail and the dense config fields.
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.head.embed_tokens.weight.dtype
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, k_caches: list[torch.Tensor],
+                v_caches: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        return LlamaForCausalLM.forward(self, tokens, positions, k_caches, v_caches)  # type: ignore[arg-type]
+
+    def step_inputs(self, batch: int, q_len: int, past_len: int) -> dict[str, Any]:
+        """Inputs of one forward step: `q_len` new tokens after `past_len` cached ones."""
+        return LlamaForCausalLM.step_inputs(self, batch, q_len, past_len)  # type: ignore[arg-type]
+
+    def capture_segments(self, batch: int, q_len: int, past_len: int) -> list[tuple[str, nn.Module, tuple[Any, ...]]]:
+        """(path, module, example args) of head, each layer and tail: the protocol lowering.capture reads."""
+        return LlamaForCausalLM.capture_segments(self, batch, q_len, past_len)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def run_prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         """Eager prefill of real token ids [batch, seq] (CPU weights): next-token ids; used to record routing."""
-        inputs = self.step_inputs(tokens.shape[0], tokens.shape[1], 0)  # type: ignore[misc]  # shared Llama method
+        inputs = self.step_inputs(tokens.shape[0], tokens.shape[1], 0)
         inputs["tokens"] = tokens.to(inputs["tokens"].device)
         return self(**inputs)[0]
 

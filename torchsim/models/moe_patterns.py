@@ -1,0 +1,98 @@
+"""MoE fusion patterns for the `serving` preset: the kernels a fused-MoE runtime launches around the experts.
+
+Plugs into lowering.patterns (a list of (pattern, builder) pairs): splice `moe_serving_patterns()` into the
+serving preset. It groups the ATen ops of an MoE block the way vLLM's fused_moe path runs them:
+  router:  softmax + top-k + renormalise            -> one ROUTER_TOPK kernel (the router GEMM stays a GEMM)
+  align:   sort, token-index math, histc, cumsum     -> one small `moe_align` kernel; the gather of the hidden
+           rows is read by the first grouped GEMM (sorted token ids), not copied by a kernel of its own
+  combine: routing-weight scale, un-permute, sum over the top-k copies -> one `moe_sum` reduction
+The grouped GEMMs and the SiLU-and-mul between them stay with their own lowerings and patterns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import Enum
+
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.lowerings import PlanContext, is_view
+from torchsim.lowering.opgraph import OpGraph, OpNode
+from torchsim.lowering.patterns import Match, Pattern, Patterns
+
+# Innermost module class names of routers and expert containers (torchsim's own and HF transformers v5).
+ROUTER_TYPES = frozenset({"TopKRouter", "MixtralTopKRouter"})
+EXPERTS_TYPES = frozenset({"GroupedExperts", "MixtralExperts"})
+_KEEP = frozenset({"linear", "_grouped_mm"})  # ops with kernels of their own inside the MoE scopes
+
+
+class MoeStage(Enum):
+    ROUTER = "router"  # ops of a router module after its GEMM
+    ALIGN = "align"  # ops of an experts module before its first grouped GEMM
+    COMBINE = "combine"  # ops of an experts module after its last grouped GEMM
+
+
+class MoeStagePattern(Pattern):
+    """One match per MoE module path: the stage's ops (views and kernels of their own excluded)."""
+
+    def __init__(self, stage: MoeStage) -> None:
+        self.stage = stage
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        types = ROUTER_TYPES if self.stage is MoeStage.ROUTER else EXPERTS_TYPES
+        scopes: dict[str, list[OpNode]] = {}
+        for n in g.nodes:
+            if n.module_type in types:
+                scopes.setdefault(n.module_path, []).append(n)
+        for nodes in scopes.values():
+            picked = self._select(g, nodes)
+            picked = [n for n in picked if n.name not in taken and not is_view(n) and n.op_name not in _KEEP]
+            if picked:
+                taken |= {n.name for n in picked}
+                yield Match(tuple(picked))
+
+    def _select(self, g: OpGraph, nodes: list[OpNode]) -> list[OpNode]:
+        if self.stage is MoeStage.ROUTER:
+            return nodes
+        gemms = [g.index(n.name) for n in nodes if n.op_name == "_grouped_mm"]
+        if not gemms:
+            return []
+        if self.stage is MoeStage.ALIGN:
+            return [n for n in nodes if g.index(n.name) < gemms[0]]
+        return [n for n in nodes if g.index(n.name) > gemms[-1]]
+
+
+def _node(m: Match, op_name: str, stage: MoeStage) -> OpNode:
+    for n in m.nodes:
+        if n.op_name == op_name:
+            return n
+    ops = sorted({n.op_name for n in m.nodes})
+    raise ValueError(f"MoE {stage.value} ops at {m.nodes[0].module_path!r} have no {op_name!r} op (found {ops}); "
+                     "this MoE block is not the softmax-top-k / sort-histc / sum form these patterns fuse")
+
+
+def build_router(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    topk = _node(m, "topk", MoeStage.ROUTER)
+    logits = topk.in_specs[0]
+    experts = logits.shape[-1]
+    return [ctx.call(KernelKind.ROUTER_TOPK, m.nodes, logits.dtype, label="topk_softmax",
+                     tokens=logits.numel // experts, experts=experts, top_k=int(topk.scalar(1, 1)))]
+
+
+def build_align(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    sort = _node(m, "sort", MoeStage.ALIGN)
+    assignments = sort.in_specs[0]
+    return [ctx.call(KernelKind.ELEMENTWISE, m.nodes, assignments.dtype, label="moe_align",
+                     numel=assignments.numel, inputs=1, outputs=2, op="moe_align")]
+
+
+def build_combine(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    total = _node(m, "sum", MoeStage.COMBINE)
+    copies, out = total.in_specs[0], total.out[0]
+    return [ctx.call(KernelKind.REDUCE, m.nodes, out.dtype, label="moe_sum", numel_in=copies.numel,
+                     numel_out=out.numel)]
+
+
+def moe_serving_patterns() -> Patterns:
+    """(pattern, builder) pairs to put in the serving preset (before the generic patterns)."""
+    return ((MoeStagePattern(MoeStage.ROUTER), build_router), (MoeStagePattern(MoeStage.ALIGN), build_align),
+            (MoeStagePattern(MoeStage.COMBINE), build_combine))
