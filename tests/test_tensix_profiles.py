@@ -41,7 +41,8 @@ def test_every_number_has_a_kind_and_a_source(name):
 def test_cited_facts_rows_exist(name):
     with FACTS.open() as f:
         rows = {(r["device"], r["parameter"]) for r in csv.DictReader(f)}
-    cites = re.compile(r"facts\.csv (Wormhole-B0 \(n150 / n300\)|Blackhole-A0 \(p150a/p150b/p100a\)) ([\w.\-]+(?: / [\w.\-]+)?)")
+    cites = re.compile(r"facts\.csv (Wormhole-B0 \(n150 / n300\)|Blackhole-A0 \(p150a/p150b/p100a\)) "
+                       r"([\w.\-]+(?: / [\w.\-]+)?)")
     hw = get_profile(name)
     found = 0
     for field, q in hw.quantities().items():

@@ -71,7 +71,8 @@ class ReadStream:
     issue_cycles: float = 0.0  # RISC-V work between issuing two reads
 
 
-def run_read_streams(hw: TensixProfile, streams: list[ReadStream], noc: NocModel | None = None) -> tuple[float, NocModel]:
+def run_read_streams(hw: TensixProfile, streams: list[ReadStream],
+                     noc: NocModel | None = None) -> tuple[float, NocModel]:
     """Run concurrent read streams; returns (cycle the last read lands, the NoC model with its statistics).
 
     Streams advance in time order through one heap keyed by (time, stream index, sequence): deterministic.

@@ -31,6 +31,11 @@ class MatmulConfig:
     sub_w: int
     mcast_in0: str  # "row" (2D) or "all" (1D: every core shares in0)
     mcast_in1: str  # "col" (2D) or "none" (1D: each core reads its own weights)
+    passes: int = 1  # the per-core output is produced in `passes` blocks along N when it does not fit L1
+
+    @property
+    def block_n(self) -> int:
+        return self.per_core_n // self.passes
 
 
 def parse_grid(grid: object, hw: TensixProfile) -> tuple[int, int]:
@@ -68,22 +73,24 @@ def choose_config(mt: int, nt: int, kt: int, grid: tuple[int, int], in0: DType, 
         used = (min(gx, ncores), -(-ncores // gx))
         m0, m1 = "all", "none"
     limit = dst_tiles(hw)
-    sub = max(((h, w) for h in range(1, pm + 1) if pm % h == 0 for w in range(1, pn + 1)
-               if pn % w == 0 and h * w <= limit), key=lambda hw_: (hw_[0] * hw_[1], hw_[1]))
     err: ValueError | None = None
-    for bw in (8, 4, 2, 1):
-        if kt % bw and bw != 1:
-            continue
-        cbs = [CircularBuffer("in0", in0, 2 * pm * bw), CircularBuffer("in1", in1, 2 * pn * bw),
-               CircularBuffer("out", out, pm * pn)]
-        if kt > bw and out is not DType.BF16:
-            cbs.append(CircularBuffer("interm", DType.BF16, pm * pn))
-        try:
-            check_l1(hw, name, cbs)
-        except ValueError as exc:
-            err = exc  # report the smallest blocking that still does not fit
-            continue
-        return MatmulConfig(used, pm, pn, bw, sub[0], sub[1], m0, m1), cbs
+    for passes in (d for d in range(1, pn + 1) if pn % d == 0):
+        bn = pn // passes
+        for bw in (8, 4, 2, 1):
+            if kt % bw and bw != 1:
+                continue
+            cbs = [CircularBuffer("in0", in0, 2 * pm * bw), CircularBuffer("in1", in1, 2 * bn * bw),
+                   CircularBuffer("out", out, pm * bn)]
+            if kt > bw and out is not DType.BF16:
+                cbs.append(CircularBuffer("interm", DType.BF16, pm * bn))
+            try:
+                check_l1(hw, name, cbs)
+            except ValueError as exc:
+                err = exc  # report the smallest blocking that still does not fit
+                continue
+            sub = max(((h, w) for h in range(1, pm + 1) if pm % h == 0 for w in range(1, bn + 1)
+                       if bn % w == 0 and h * w <= limit), key=lambda s: (s[0] * s[1], s[1]))
+            return MatmulConfig(used, pm, pn, bw, sub[0], sub[1], m0, m1, passes), cbs
     assert err is not None
     raise err
 
@@ -108,7 +115,7 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     mt, nt, kt = tiles(m), tiles(n), tiles(k)
     cfg, cbs = choose_config(mt, nt, kt, g, in0, in1, out, hw, f"matmul {name!r}")
     cost = CoreCosts(hw, fid)
-    pm, pn, bw = cfg.per_core_m, cfg.per_core_n, cfg.in0_block_w
+    pm, pn, bw = cfg.per_core_m, cfg.block_n, cfg.in0_block_w
     nblocks = -(-kt // bw)
     nsub = (pm // cfg.sub_h) * (pn // cfg.sub_w)
     b = GraphBuilder(f"{prefix}tensix_matmul_{pm}x{pn}x{bw}_{fid.label}", in0)
@@ -123,42 +130,46 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     pk = -1
     two_d = cfg.mcast_in1 == "col"
     row_of = aff(cy=1) if two_d else aff(0)  # 1D: every core holds all M rows and a slice of N
-    col_of = aff(cx=1) if two_d else aff(cx=1, cy=cfg.grid[0])
-    for blk in range(nblocks):
+    npass = cfg.passes
+    for step in range(npass * nblocks):
+        ps, blk = divmod(step, nblocks)
+        col_of = aff(ps, cx=npass) if two_d else aff(ps, cx=npass, cy=cfg.grid[0] * npass)
         t0 = TileDesc(Space.GLOBAL, in0, (pm * 32, bw * 32), a_name, (row_of, aff(blk)))
         t1 = TileDesc(Space.GLOBAL, in1, (bw * 32, pn * 32), b_name, (aff(blk), col_of))
-        r0 = b.node(reader, Op.NOC_READ, Unit.NOC, pm * bw * tile_bytes(in0), t0, f"in0_block{blk}")
-        r1 = b.node(writer, Op.NOC_READ, Unit.NOC, pn * bw * tile_bytes(in1), t1, f"in1_block{blk}")
+        r0 = b.node(reader, Op.NOC_READ, Unit.NOC, pm * bw * tile_bytes(in0), t0, f"in0_block{step}")
+        r1 = b.node(writer, Op.NOC_READ, Unit.NOC, pn * bw * tile_bytes(in1), t1, f"in1_block{step}")
         routes.append({"node": r0, "noc": 1, "mcast": cfg.mcast_in0, "page_bytes": tile_bytes(in0),
                        "pages_w": kt, "block": [pm, bw]})
         routes.append({"node": r1, "noc": 0, "mcast": cfg.mcast_in1, "page_bytes": tile_bytes(in1),
                        "pages_w": nt, "block": [bw, pn]})
-        if blk >= 2:  # double-buffered CBs: a slot is free again once its block's matmul is done
-            b.data(mm_nodes[blk - 2], r0)
-            b.data(mm_nodes[blk - 2], r1)
+        if step >= 2:  # double-buffered CBs: a slot is free again once its block's matmul is done
+            b.data(mm_nodes[step - 2], r0)
+            b.data(mm_nodes[step - 2], r1)
         reload = pm * pn if blk else 0  # partials spilled to the intermediate CB and unpacked back
         unpacked = cost.unpack_work(in0, nsub * bw * cfg.sub_h) + cost.unpack_work(in1, nsub * bw * cfg.sub_w) + \
             cost.unpack_work(DType.BF16, reload)
-        up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked, name=f"unpack{blk}")
+        up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked, name=f"unpack{step}")
         b.data(r0, up)
         b.data(r1, up)
         flops = 2.0 * pm * pn * bw * 32 ** 3
         mm = b.node(math, Op.MMA, Unit.FPU, cost.fpu_node_work(flops, nsub * (bw + (2 if blk else 1))),
-                    name=f"matmul{blk}")
+                    name=f"matmul{step}")
         b.data(up, mm)
         mm_nodes.append(mm)
-        pk = b.node(pack, Op.PACK, Unit.PACKER, cost.pack_work(out if blk == nblocks - 1 else DType.BF16, pm * pn),
-                    name=f"pack{blk}")
+        last = blk == nblocks - 1
+        pk = b.node(pack, Op.PACK, Unit.PACKER, cost.pack_work(out if last else DType.BF16, pm * pn),
+                    name=f"pack{step}")
         b.data(mm, pk)
-    tc = TileDesc(Space.GLOBAL, out, (pm * 32, pn * 32), c_name, (row_of, col_of))
-    wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, pm * pn * tile_bytes(out), tc, "out_write")
-    b.data(pk, wr)
-    routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(out), "pages_w": nt,
-                   "block": [pm, pn]})
+        if last:
+            tc = TileDesc(Space.GLOBAL, out, (pm * 32, pn * 32), c_name, (row_of, col_of))
+            wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, pm * pn * tile_bytes(out), tc, f"out_write{ps}")
+            b.data(pk, wr)
+            routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(out), "pages_w": nt,
+                           "block": [pm, pn]})
     b.attrs.update({"noc": routes, "cbs": {cb.name: cb.nbytes for cb in cbs}})
     graph = b.build()
     gx, gy = cfg.grid
-    ncores = gx * gy if two_d else -(-nt // pn)
+    ncores = gx * gy if two_d else -(-nt // cfg.per_core_n)
     coords = [(i % gx, i // gx) for i in range(ncores)]
     params = np.array(coords, dtype=np.int64).reshape(-1, 2)
     smem = sum(cb.nbytes for cb in cbs)
@@ -167,5 +178,5 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     return KernelGraph(name, (cls,), flops=2.0 * m * n * k, dram_bytes=dram,
                        attrs={"grid": cfg.grid, "fidelity": fid.label, "template": "tensix_matmul_2d_mcast"
                               if two_d else "tensix_matmul_1d_mcast",
-                              "config": {"per_core_m": pm, "per_core_n": pn, "in0_block_w": bw,
-                                         "subblock": [cfg.sub_h, cfg.sub_w]}})
+                              "config": {"per_core_m": pm, "per_core_n": cfg.per_core_n, "in0_block_w": bw,
+                                         "passes": npass, "subblock": [cfg.sub_h, cfg.sub_w]}})
