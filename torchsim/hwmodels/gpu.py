@@ -135,6 +135,21 @@ class GpuProfile:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def sm_limits(device: str, combined: str | None = None) -> dict[str, Quantity]:
+    """Per-SM scheduling limits cited from `device`'s rows (or its one combined row)."""
+    src = {k: fact(device, combined or f"compute.{k}") for k in
+           ("subpartitions_per_sm", "max_threads_per_sm", "max_ctas_per_sm", "registers_per_sm")}
+    if combined is None and device == B200:
+        src.update(max_threads_per_sm=fact(B200, "compute.max_warps / threads / CTAs per SM"),
+                   max_ctas_per_sm=fact(B200, "compute.max_warps / threads / CTAs per SM"))
+    return {
+        "subpartitions_per_sm": doc(4, "SMSPs", src["subpartitions_per_sm"]),
+        "max_threads_per_sm": doc(2048, "threads", src["max_threads_per_sm"]),
+        "max_ctas_per_sm": doc(32, "CTAs", src["max_ctas_per_sm"]),
+        "registers_per_sm": doc(65536, "32-bit regs", src["registers_per_sm"]),
+    }
+
+
 _LAUNCH = ("assumed: typical back-to-back launch gap of a CUDA stream without graphs (host-bound PyTorch eager "
            "is slower); a what-if TOML overrides it")
 
@@ -143,10 +158,7 @@ a100_sxm = GpuProfile(
     sm_count=doc(108, "SMs", fact(A100, "compute.sm_count")),
     clock_hz=calibrated(1.41e9, "Hz", "published_dev.csv UBENCH-018 (peakflops fp16 311.2 of 312 TFLOPS: boost "
                         "clock sustained); " + fact(A100, "compute.boost_clock")),
-    subpartitions_per_sm=doc(4, "SMSPs", fact(A100, "compute.subpartitions_per_sm")),
-    max_threads_per_sm=doc(2048, "threads", fact(A100, "compute.max_threads_per_sm")),
-    max_ctas_per_sm=doc(32, "CTAs", fact(A100, "compute.max_ctas_per_sm")),
-    registers_per_sm=doc(65536, "32-bit regs", fact(A100, "compute.registers_per_sm")),
+    **sm_limits(A100),
     smem_per_sm_bytes=doc(164 * 1024, "B", fact(A100, "memory.smem_max_per_sm")),
     smem_per_cta_bytes=doc(163 * 1024, "B", fact(A100, "memory.smem_max_per_cta_optin")),
     tensor_bf16_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
@@ -184,6 +196,7 @@ a100_sxm = GpuProfile(
 h100_sxm = replace(
     a100_sxm,
     name="h100-sxm", arch=Arch.SM90, description="NVIDIA H100 SXM5 80GB (GH100, sm90)",
+    **sm_limits(H100),
     sm_count=doc(132, "SMs", fact(H100, "compute.sm_count")),
     clock_hz=derived(1.83e9, "Hz", fact(H100, "compute.clock_implied_by_tensor_peaks") +
                      " (the clock NVIDIA's dense tensor peak assumes; boost max 1980 MHz)"),
@@ -218,6 +231,9 @@ h100_sxm = replace(
 h200 = replace(
     h100_sxm,
     name="h200", description="NVIDIA H200 SXM 141GB (GH100 + HBM3e, sm90)",
+    **sm_limits(H200, "compute.subpartitions / warps / threads / CTAs / regs per SM"),
+    smem_per_sm_bytes=doc(228 * 1024, "B", fact(H200, "memory.smem_max_per_sm / per_cta")),
+    smem_per_cta_bytes=doc(227 * 1024, "B", fact(H200, "memory.smem_max_per_sm / per_cta")),
     sm_count=doc(132, "SMs", fact(H200, "compute.sm_count")),
     l2_bytes_per_s=measured(9.7e12, "B/s", fact(H200, "memory.l2_bandwidth_measured")),
     dram_peak_bytes_per_s=doc(4.8e12, "B/s", fact(H200, "memory.hbm_bandwidth_peak")),
@@ -230,6 +246,9 @@ h200 = replace(
 b200 = replace(
     h100_sxm,
     name="b200", arch=Arch.SM100, description="NVIDIA B200 SXM 180GB (2 dies, sm100)",
+    **sm_limits(B200),
+    smem_per_sm_bytes=doc(228 * 1024, "B", fact(B200, "memory.smem_max_per_sm")),
+    smem_per_cta_bytes=doc(227 * 1024, "B", fact(B200, "memory.smem_max_per_cta_optin")),
     sm_count=doc(148, "SMs", fact(B200, "compute.sm_count")),
     clock_hz=derived(1.856e9, "Hz", fact(B200, "compute.clock_implied_by_tensor_peaks") +
                      " (2.25 PFLOPS dense BF16 / (148 SM x 8192 FLOP/clk))"),
@@ -242,6 +261,8 @@ b200 = replace(
     tensor_subop_flop=derived(2 * 128 * 256 * 16, "FLOP", fact(B200, "tensor.tcgen05_mma") + ": M128 N256 K16"),
     tma_latency_cycles=assumed(200, "cycles", "assumed from " + fact(B200, "latency.op_latencies_microbench") +
                                " (TMA overhead reported larger on B200)"),
+    fma_flop_per_clk_per_sm=derived(256, "FLOP/clk/SM", fact(B200, "simt.fp32_flop_per_clk_per_sm")),
+    sfu_ops_per_clk_per_sm=derived(16, "ops/clk/SM", fact(B200, "simt.sfu_per_sm / mufu per clk")),
     tmem_bytes_per_sm=derived(256 * 1024, "B", fact(B200, "memory.tmem_per_sm")),
     tmem_bytes_per_clk_per_sm=assumed(512, "B/clk/SM", "assumed: tcgen05.ld 32 lanes x 32 bit x 4 SMSPs per clk"),
     l1_latency_cycles=measured(40, "cycles", "published_dev.csv UBENCH-015"),

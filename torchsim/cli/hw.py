@@ -1,0 +1,54 @@
+"""`torchsim hw list` and `torchsim hw show NAME`: the hardware profiles and the provenance of every number."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from torchsim.hwmodels import get_profile, profile_names
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("hw", help="list hardware profiles or show one with the provenance of every number")
+    hs = p.add_subparsers(dest="hw_command", required=True)
+    ls = hs.add_parser("list", help="list the built-in profiles")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=_list)
+    show = hs.add_parser("show", help="print one profile: value, unit, kind and source of each field")
+    show.add_argument("name", help="profile name, e.g. h100-sxm")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=_show)
+
+
+def _quantities(hw: Any) -> dict[str, Any]:
+    q = getattr(hw, "quantities", None)
+    return q() if callable(q) else {}
+
+
+def _list(args: argparse.Namespace) -> int:
+    rows = []
+    for name in profile_names():
+        hw = get_profile(name)
+        rows.append({"name": name, "arch": hw.arch.value, "description": getattr(hw, "description", "")})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['name']:<16} {r['arch']:<7} {r['description']}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    hw = get_profile(args.name)
+    qs = _quantities(hw)
+    if args.json:
+        print(json.dumps({"name": hw.name, "arch": hw.arch.value, "numbers_hash": hw.numbers_hash(),
+                          "fields": {k: {"value": q.value, "unit": q.unit, "kind": q.kind, "source": q.source}
+                                     for k, q in qs.items()}}, indent=2))
+        return 0
+    print(f"{hw.name}: {getattr(hw, 'description', '')} [{hw.arch.value}]  numbers hash {hw.numbers_hash()}")
+    width = max((len(k) for k in qs), default=10)
+    for k, q in qs.items():
+        print(f"  {k:<{width}}  {q.value:>14.6g} {q.unit:<14} {q.kind:<10} {q.source}")
+    return 0

@@ -1,0 +1,80 @@
+"""`torchsim kernel KIND ...`: simulate one kernel and print cycles, time, throughput, utilisation and bound.
+
+Each kernel kind is a module in torchsim/cli/kernels/ with `register(subparsers)`; they share the common
+options and the report printed here (`add_common`, `run_and_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from typing import Any
+
+from torchsim.cli import UsageError
+from torchsim.hwmodels import get_profile
+from torchsim.sim import POLICIES, KernelResult, simulate
+
+KERNELS = ("gemm",)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("kernel", help="simulate one kernel")
+    ks = p.add_subparsers(dest="kernel", required=True)
+    for name in KERNELS:
+        importlib.import_module(f"torchsim.cli.kernels.{name}").register(ks)
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hw", default="h100-sxm", help="hardware profile (see `torchsim hw list`)")
+    p.add_argument("--dtype", default="bf16", help="bf16, fp16, fp8 (e4m3), fp8_e5m2")
+    p.add_argument("--policy", default="gto", choices=sorted(POLICIES), help="warp issue policy")
+    p.add_argument("--sms", type=int, default=None, help="restrict the launch to this many SMs")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def positive(name: str, value: int | None) -> int:
+    if value is None or value <= 0:
+        raise UsageError(f"--{name} must be a positive integer, got {value}")
+    return int(value)
+
+
+def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] | None = None) -> KernelResult:
+    hw = get_profile(args.hw)
+    if args.sms is not None:
+        positive("sms", args.sms)
+    res = simulate(kernel, hw, policy=args.policy, record=bool(getattr(args, "perfetto", None)),
+                   max_sms=args.sms)
+    report(res, kernel, args, extra or {})
+    return res
+
+
+def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict[str, Any]) -> None:
+    hw = get_profile(args.hw)
+    peak = hw.peak_tensor_flops_per_s(kernel.classes[0].graph.dtype) if hasattr(hw, "peak_tensor_flops_per_s") else 0
+    out = {
+        "kernel": res.name, "hw": res.hw, "template": kernel.attrs.get("template", ""),
+        "cycles": res.cycles, "time_us": res.time_us, "tflops": res.tflops,
+        "pct_of_peak": 100 * res.flops / res.time_s / peak if peak and res.flops else None,
+        "dram_gb_per_s": res.dram_bytes_per_s / 1e9,
+        "pct_of_dram_bw": 100 * res.dram_bytes_per_s / hw.dram_bytes_per_s_value,
+        "bound": res.bound, "waves": res.waves, "ctas": res.ctas, "ctas_per_sm": res.ctas_per_sm,
+        "l2_hit_rate": res.l2_hit_rate, "unit_utilisation": res.unit_busy, "stall_cycles": res.stalls,
+        "config": {k: v for k, v in kernel.attrs.items() if k != "template"}, **extra,
+        "sim_wall_s": res.attrs.get("wall_s"), "node_events": res.node_events,
+    }
+    if args.json:
+        print(json.dumps(out, default=str))
+        return
+    print(f"{res.name} on {res.hw}  [{out['template']}]")
+    print(f"  time        {res.time_us:10.2f} us   ({res.cycles} cycles at {res.clock_hz / 1e9:.3f} GHz)")
+    if res.flops:
+        pct = f" ({out['pct_of_peak']:.1f}% of dense peak)" if out["pct_of_peak"] else ""
+        print(f"  throughput  {res.tflops:10.1f} TFLOPS{pct}")
+    print(f"  DRAM        {out['dram_gb_per_s']:10.1f} GB/s   ({out['pct_of_dram_bw']:.1f}% of sustained "
+          f"{hw.dram_bytes_per_s_value / 1e9:.0f} GB/s), L2 hit rate {100 * res.l2_hit_rate:.1f}%")
+    print(f"  waves       {res.waves:10.2f}      ({res.ctas} CTAs, {res.ctas_per_sm} per SM)")
+    print(f"  bound       {res.bound}")
+    print("  utilisation " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in res.unit_busy.items()))
+    total = sum(res.stalls.values()) or 1.0
+    print("  waits       " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in res.stalls.items() if v))

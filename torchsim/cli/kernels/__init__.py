@@ -1,0 +1,1 @@
+"""One module per kernel kind for `torchsim kernel KIND`."""
