@@ -29,7 +29,7 @@ def test_missing_transformers_gives_install_hint(monkeypatch: pytest.MonkeyPatch
 
 transformers = pytest.importorskip("transformers", minversion="5.0",
                                    reason="transformers>=5 not installed (optional extra torchsim[hf])")
-from torchsim.models import hf
+from torchsim.models import hf  # noqa: E402  (after the skip: needs transformers)
 
 LINEAR, SDPA, GROUPED_MM = (torch.ops.aten.linear.default, torch.ops.aten.scaled_dot_product_attention.default,
                             torch.ops.aten._grouped_mm.default)

@@ -138,7 +138,8 @@ def test_parquet_with_a_missing_expert_row(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = save_routing(synthetic_routing("balanced", num_layers=2, num_experts=4, top_k=2, tokens=4), tmp_path / "r.parquet")
+    balanced = synthetic_routing("balanced", num_layers=2, num_experts=4, top_k=2, tokens=4)
+    path = save_routing(balanced, tmp_path / "r.parquet")
     table = pq.read_table(path)
     pq.write_table(table.slice(0, table.num_rows - 1).replace_schema_metadata(table.schema.metadata), path)
     with pytest.raises(ValueError, match=r"no row for \(layer, expert\) \[\(1, 3\)\]"):

@@ -79,7 +79,8 @@ class MixtralConfig:
     def active_param_count(self) -> int:
         """Parameters one token touches: top_k experts per layer instead of all of them."""
         expert = 3 * self.hidden_size * self.intermediate_size
-        return self.param_count() - self.num_hidden_layers * (self.num_local_experts - self.num_experts_per_tok) * expert
+        idle = self.num_local_experts - self.num_experts_per_tok
+        return self.param_count() - self.num_hidden_layers * idle * expert
 
     def with_layers(self, num_hidden_layers: int) -> MixtralConfig:
         return replace(self, num_hidden_layers=num_hidden_layers)
@@ -123,6 +124,10 @@ def mixtral_config(name: str) -> MixtralConfig:
     return MIXTRAL_CONFIGS[name]
 
 
+# F.grouped_mm is public from torch 2.10; torch._grouped_mm before. Both trace to aten._grouped_mm.
+_grouped_mm = getattr(F, "grouped_mm", None) or torch._grouped_mm
+
+
 class TopKRouter(nn.Module):
     """Softmax router: (weights [tokens, top_k] renormalised to sum 1, indices [tokens, top_k] int64).
 
@@ -162,8 +167,8 @@ class GroupedExperts(nn.Module):
         x = h[order // top_k]
         per_expert = torch.histc(expert_of.float(), bins=self.num_experts, min=0, max=self.num_experts - 1)
         offsets = per_expert.cumsum(0, dtype=torch.int32)
-        gate, up = F.grouped_mm(x, self.gate_up_proj.transpose(-2, -1), offs=offsets).chunk(2, dim=-1)
-        y = F.grouped_mm(F.silu(gate) * up, self.down_proj.transpose(-2, -1), offs=offsets)
+        gate, up = _grouped_mm(x, self.gate_up_proj.transpose(-2, -1), offs=offsets).chunk(2, dim=-1)
+        y = _grouped_mm(F.silu(gate) * up, self.down_proj.transpose(-2, -1), offs=offsets)
         y = y * weights.reshape(-1)[order].unsqueeze(-1).to(y.dtype)
         unsorted = torch.zeros_like(y).index_put((order,), y)  # back to (token, k) order, then sum the k copies
         return unsorted.view(tokens, top_k, -1).sum(dim=1)

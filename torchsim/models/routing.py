@@ -50,7 +50,7 @@ class RoutingCounts:
                                  f"{where}")
             for e, c in enumerate(row):
                 if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
-                    raise ValueError(f"layer {i} expert {e}: count {c!r} is not an integer{where}")  # noqa: TRY004
+                    raise ValueError(f"layer {i} expert {e}: count {c!r} is not an integer{where}")
                 if c < 0:
                     raise ValueError(f"layer {i} expert {e}: count {c} is negative{where}; counts are tokens >= 0")
                 if c > self.tokens:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import torch
 from torch import nn
@@ -85,7 +85,7 @@ class RoutingRecorder:
             self._tokens[index] += idx.shape[0]
         return record
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> RoutingRecorder:
         self._handles = [r.module.register_forward_hook(self._hook(i)) for i, r in enumerate(self.routers)]
         return self
 

@@ -27,7 +27,7 @@ def routing_to_dict(counts: RoutingCounts, *, model: str = "") -> dict[str, Any]
 def routing_from_dict(obj: Any, *, where: str) -> RoutingCounts:
     """Parse and check a routing object; `where` (the file name) prefixes every error."""
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected a JSON object with 'tokens_per_expert', got {type(obj).__name__}")  # noqa: TRY004
+        raise ValueError(f"{where}: expected a JSON object with 'tokens_per_expert', got {type(obj).__name__}")
     if obj.get("format", FORMAT_NAME) != FORMAT_NAME:
         raise ValueError(f"{where}: field 'format' is {obj['format']!r}, expected {FORMAT_NAME!r}")
     if obj.get("version", FORMAT_VERSION) != FORMAT_VERSION:
