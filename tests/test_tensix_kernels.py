@@ -97,3 +97,46 @@ def test_unsupported_data_format():
 def test_nonexistent_fidelity_name():
     with pytest.raises(ValueError, match="unknown math fidelity 'HiFi8'; valid: LoFi, HiFi2, HiFi3, HiFi4"):
         matmul(64, 64, 64, DType.BF16, WH, fidelity="HiFi8")
+
+
+# -- the other kinds -------------------------------------------------------------------------------------------
+def _sim(call, hw=WH):
+    kg = build_tensix_kernel(call, hw)
+    return kg, simulate(kg, hw)
+
+
+@pytest.mark.parametrize("call", [
+    KernelCall.make(KernelKind.ELEMENTWISE, numel=1 << 22, op="add", inputs=2),
+    KernelCall.make(KernelKind.SILU_MUL, rows=512, hidden=4096),
+    KernelCall.make(KernelKind.RMSNORM, rows=512, hidden=4096),
+    KernelCall.make(KernelKind.SOFTMAX, rows=1024, cols=1024),
+], ids=lambda c: c.kind.value)
+def test_streaming_kernels_run_near_dram_bandwidth_and_never_above(call):
+    kg, r = _sim(call)
+    floor = kg.dram_bytes / WH.dram_bytes_per_s_value
+    assert floor <= r.time_s < 2.5 * floor + 10e-6
+    assert {"reader", "writer", "unpack", "math", "pack"} == {g.name for g in kg.classes[0].graph.groups}
+
+
+def test_decode_attention_time_grows_with_the_kv_length():
+    short = _sim(KernelCall.make(KernelKind.ATTENTION_DECODE, batch=1, heads_q=32, heads_kv=8, seq_q=1,
+                                 seq_kv=2048, head_dim=128, kv_dtype="bfp8_b"))[1]
+    long = _sim(KernelCall.make(KernelKind.ATTENTION_DECODE, batch=1, heads_q=32, heads_kv=8, seq_q=1,
+                                seq_kv=8192, head_dim=128, kv_dtype="bfp8_b"))[1]
+    assert 2.0 < long.cycles / short.cycles < 4.5
+
+
+def test_causal_prefill_costs_less_than_full_attention_when_cores_are_oversubscribed():
+    kw = dict(batch=1, heads_q=32, heads_kv=8, seq_q=2048, seq_kv=2048, head_dim=128)  # 256 CTAs on 64 cores
+    causal = _sim(KernelCall.make(KernelKind.ATTENTION_PREFILL, causal=True, **kw))
+    full = _sim(KernelCall.make(KernelKind.ATTENTION_PREFILL, causal=False, **kw))
+    assert causal[0].flops < 0.7 * full[0].flops
+    assert causal[1].cycles < 0.8 * full[1].cycles
+
+
+def test_moe_expert_matmuls_follow_the_routing_counts():
+    kg, r = _sim(KernelCall.make(KernelKind.GROUPED_GEMM, tokens_per_expert=(64, 0, 32), n=1024, k=1024,
+                                 in1_dtype="bfp8_b"))
+    assert kg.attrs["experts"] == 2 and kg.flops == 2.0 * (64 + 32) * 1024 * 1024
+    with pytest.raises(ValueError, match="no expert received tokens"):
+        build_tensix_kernel(KernelCall.make(KernelKind.GROUPED_GEMM, tokens_per_expert=(0, 0), n=64, k=64), WH)

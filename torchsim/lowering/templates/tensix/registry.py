@@ -12,7 +12,9 @@ from collections.abc import Callable
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels.tensix.profiles import TensixProfile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates.tensix.attention import flash_decode, sdpa_prefill
 from torchsim.lowering.templates.tensix.matmul import matmul
+from torchsim.lowering.templates.tensix.stream import TileWork, stream_kernel
 
 Builder = Callable[[KernelCall, TensixProfile], KernelGraph]
 
@@ -31,8 +33,106 @@ def _gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
                   name=call.name or "gemm")
 
 
+def _t(n: int) -> int:
+    return max(1, -(-int(n) // 32))
+
+
+def _rows_cols(call: KernelCall, rows: str, cols: str) -> tuple[int, int]:
+    return _t(call.p(rows)), _t(call.p(cols))
+
+
+def _elementwise(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    numel, op = int(call.p("numel")), str(call.p("op", "add"))
+    n_in = int(call.p("inputs", 2 if op in ("add", "sub", "mul") else 1))
+    tiles = max(1, -(-numel // 1024))
+    work = TileWork(adds=1.0 if op in ("add", "sub") else 0.0, muls=1.0 if op == "mul" else 0.0,
+                    sfpu=() if op in ("add", "sub", "mul") else ((op if op != "copy" else "copy", 1.0),))
+    ins = [(f"x{i}", call.dtype, 1.0) for i in range(n_in)]
+    return stream_kernel(f"eltwise_{op}", tiles, ins, call.dtype, work, hw, grid=call.p("grid", "") or None,
+                         flops=float(numel))
+
+
+def _silu_mul(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    r, c = _rows_cols(call, "rows", "hidden")
+    return stream_kernel("silu_mul", r * c, [("gate", call.dtype, 1.0), ("up", call.dtype, 1.0)], call.dtype,
+                         TileWork(muls=1.0, sfpu=(("silu", 1.0),), llk_calls=2.0), hw,
+                         grid=call.p("grid", "") or None, flops=5.0 * call.p("rows") * call.p("hidden"))
+
+
+def _rmsnorm(call: KernelCall, hw: TensixProfile, residual: bool = False) -> KernelGraph:
+    r, c = _rows_cols(call, "rows", "hidden")
+    ins = [("x", call.dtype, 1.0)] + ([("residual", call.dtype, 1.0)] if residual else [])
+    # x^2, sum over the row (reduce), rsqrt of the row sums, x * scale (bcast), * gamma (+ residual add)
+    work = TileWork(adds=1.0 if residual else 0.0, muls=3.0, reduces=1.0, sfpu=(("rsqrt", 1.0 / c),),
+                    llk_calls=4.0)
+    return stream_kernel("add_rmsnorm" if residual else "rmsnorm", r * c, ins, call.dtype, work, hw,
+                         grid=call.p("grid", "") or None, flops=4.0 * call.p("rows") * call.p("hidden"),
+                         extra_read_bytes=c * 2048.0)
+
+
+def _softmax(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    r, c = _rows_cols(call, "rows", "cols")
+    work = TileWork(adds=1.0, muls=1.0, reduces=2.0, sfpu=(("exp", 1.0), ("recip", 1.0 / c)), llk_calls=5.0)
+    return stream_kernel("softmax", r * c, [("x", call.dtype, 1.0)], call.dtype, work, hw,
+                         grid=call.p("grid", "") or None, flops=5.0 * call.p("rows") * call.p("cols"))
+
+
+def _rope(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    rows = int(call.p("tokens")) * (int(call.p("heads_q")) + int(call.p("heads_kv")))
+    r, c = _t(rows), _t(call.p("head_dim"))
+    # tt-metal's rotary_embedding_llama: x @ trans_mat (one tile matmul), x*cos + rot*sin
+    work = TileWork(adds=1.0, muls=2.0, matmuls=1.0, llk_calls=4.0)
+    return stream_kernel("rope", r * c, [("x", call.dtype, 1.0), ("cos", call.dtype, 1.0), ("sin", call.dtype, 1.0)],
+                         call.dtype, work, hw, grid=call.p("grid", "") or None, flops=3.0 * rows * call.p("head_dim"))
+
+
+def _embedding(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    r, c = _rows_cols(call, "tokens", "hidden")
+    return stream_kernel("embedding", r * c, [("table_rows", call.dtype, 1.0)], call.dtype, TileWork(llk_calls=1.0),
+                         hw, grid=call.p("grid", "") or None)
+
+
+def _grouped_gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    """MoE experts: one matmul per expert sized by its routed tokens, launched back to back (one CTA class
+    each); experts without tokens cost nothing."""
+    counts = [int(c) for c in call.p("tokens_per_expert")]
+    in1 = _dtype(call.p("in1_dtype", ""), call.dtype)
+    parts = [matmul(c, call.p("n"), call.p("k"), call.dtype, hw, in1=in1, fidelity=call.p("fidelity", "") or None,
+                    grid=call.p("grid", "") or None, name=f"expert{e}", prefix=f"e{e}.")
+             for e, c in enumerate(counts) if c > 0]
+    if not parts:
+        raise ValueError(f"grouped GEMM {call.name!r}: no expert received tokens (tokens_per_expert={counts})")
+    classes = tuple(c for kg in parts for c in kg.classes)
+    return KernelGraph(call.name or "grouped_gemm", classes, flops=sum(kg.flops for kg in parts),
+                       dram_bytes=sum(kg.dram_bytes for kg in parts),
+                       attrs={**parts[0].attrs, "template": "tensix_moe_expert_matmuls", "experts": len(parts),
+                              "grid": (max(kg.attrs["grid"][0] for kg in parts),
+                                       max(kg.attrs["grid"][1] for kg in parts))})
+
+
+def _attention(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    kv = _dtype(call.p("kv_dtype", ""), call.dtype)
+    fid = call.p("fidelity", "") or "HiFi2"
+    grid = call.p("grid", "") or None
+    if call.kind is KernelKind.ATTENTION_DECODE:
+        return flash_decode(call.p("batch"), call.p("heads_q"), call.p("heads_kv"), call.p("seq_kv"),
+                            call.p("head_dim"), call.dtype, kv, hw, fidelity=fid, grid=grid)
+    return sdpa_prefill(call.p("batch"), call.p("heads_q"), call.p("heads_kv"), call.p("seq_q"), call.p("seq_kv"),
+                        call.p("head_dim"), bool(call.p("causal", True)), call.dtype, kv, hw, fidelity=fid, grid=grid)
+
+
 TENSIX_TEMPLATES: dict[KernelKind, Builder] = {
+    KernelKind.GROUPED_GEMM: _grouped_gemm,
+    KernelKind.ATTENTION_PREFILL: _attention,
+    KernelKind.ATTENTION_DECODE: _attention,
     KernelKind.GEMM: _gemm,
+    KernelKind.ELEMENTWISE: _elementwise,
+    KernelKind.SILU_MUL: _silu_mul,
+    KernelKind.RMSNORM: _rmsnorm,
+    KernelKind.ADD_RMSNORM: lambda call, hw: _rmsnorm(call, hw, residual=True),
+    KernelKind.SOFTMAX: _softmax,
+    KernelKind.ROPE: _rope,
+    KernelKind.EMBEDDING: _embedding,
 }
 
 

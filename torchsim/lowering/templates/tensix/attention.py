@@ -1,0 +1,125 @@
+"""Tensix attention as tt-metal's flash kernels structure it: prefill SDPA (a core per (batch, head, Q chunk),
+streaming K/V chunks, causal chunks skipped) and flash-decode (the KV length split over cores, each core
+streaming its K/V slice and writing a partial result that a reducer core combines). KernelCall -> KernelGraph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, Unit, aff
+from torchsim.hwmodels.tensix.core import CircularBuffer, CoreCosts, check_l1
+from torchsim.hwmodels.tensix.formats import TILE_ELEMENTS, MathFidelity, check_format, tile_bytes, tiles
+from torchsim.hwmodels.tensix.profiles import TensixProfile
+from torchsim.lowering.templates.tensix.matmul import parse_grid
+
+MAX_STEPS = 32
+
+
+def _flash_class(name: str, hw: TensixProfile, q_tiles: int, kv_tiles: int, hd_tiles: int, q_dt: DType,
+                 kv_dt: DType, fid: MathFidelity, count: int, partial_out: bool) -> tuple[CtaClass, float]:
+    """One CTA class: a core computing `q_tiles` query tile-rows against `kv_tiles` key tile-rows."""
+    cost = CoreCosts(hw, fid)
+    chunk = max(1, min(8, kv_tiles))
+    nchunks = -(-kv_tiles // chunk)
+    group = -(-nchunks // MAX_STEPS)
+    steps = -(-nchunks // group)
+    per_step = chunk * group
+    cbs = [CircularBuffer("q", q_dt, q_tiles * hd_tiles), CircularBuffer("k", kv_dt, 2 * chunk * hd_tiles),
+           CircularBuffer("v", kv_dt, 2 * chunk * hd_tiles), CircularBuffer("scores", DType.BF16, q_tiles * chunk),
+           CircularBuffer("out", q_dt, 2 * q_tiles * hd_tiles)]
+    check_l1(hw, name, cbs)
+    b = GraphBuilder(f"tensix_{name}_q{q_tiles}_kv{kv_tiles}", q_dt)
+    reader = b.group("reader", role="NCRISC: Q, K, V reader")
+    writer = b.group("writer", role="BRISC: output writer")
+    unpack, math, pack = (b.group(g, role=r) for g, r in (("unpack", "TRISC0"), ("math", "TRISC1"),
+                                                           ("pack", "TRISC2")))
+    routes: list[dict[str, object]] = []
+    qt = TileDesc(Space.GLOBAL, q_dt, (q_tiles * 32, hd_tiles * 32), "Q", (aff(cta=1), aff(0)))
+    rq = b.node(reader, Op.NOC_READ, Unit.NOC, q_tiles * hd_tiles * tile_bytes(q_dt), qt, "read_q")
+    routes.append({"node": rq, "noc": 0, "mcast": "none", "page_bytes": tile_bytes(q_dt), "pages_w": hd_tiles,
+                   "block": [q_tiles, hd_tiles]})
+    flops = 0.0
+    ups: list[int] = []
+    last_pack = -1
+    for s in range(steps):
+        n = min(per_step, kv_tiles - s * per_step)
+        reads = []
+        for t in ("K", "V"):
+            tile = TileDesc(Space.GLOBAL, kv_dt, (n * 32, hd_tiles * 32), t, (aff(s, cta=steps), aff(0)))
+            rd = b.node(reader, Op.NOC_READ, Unit.NOC, n * hd_tiles * tile_bytes(kv_dt), tile, f"read_{t}{s}")
+            routes.append({"node": rd, "noc": 0, "mcast": "none", "page_bytes": tile_bytes(kv_dt),
+                           "pages_w": hd_tiles, "block": [n, hd_tiles]})
+            if s >= 2:
+                b.data(ups[s - 2], rd)
+            reads.append(rd)
+        score_tiles = q_tiles * n
+        up = b.node(unpack, Op.UNPACK, Unit.UNPACKER,
+                    cost.unpack_work(q_dt, score_tiles * hd_tiles) + cost.unpack_work(kv_dt, 2 * n * hd_tiles)
+                    + cost.unpack_work(DType.BF16, 2 * score_tiles), name=f"unpack{s}")
+        b.data(rq, up)
+        for rd in reads:
+            b.data(rd, up)
+        ups.append(up)
+        mm_flops = 2 * 2.0 * score_tiles * hd_tiles * 32 ** 3  # QK^T and PV
+        eltwise = score_tiles * TILE_ELEMENTS * (2.0 / float(hw.fpu_eltwise_mul_datums_per_clk)
+                                                 + 2.0 / float(hw.fpu_eltwise_add_datums_per_clk))
+        fp = b.node(math, Op.MMA, Unit.FPU,
+                    cost.fpu_node_work(mm_flops + eltwise * cost.fpu_flop_per_clk, 6 * q_tiles * group),
+                    name=f"qk_pv{s}")
+        b.data(up, fp)
+        sf = b.node(math, Op.EXP, Unit.SFPU, cost.sfpu_work("exp", score_tiles), name=f"exp{s}")
+        b.data(fp, sf)
+        last_pack = b.node(pack, Op.PACK, Unit.PACKER, cost.pack_work(DType.BF16, score_tiles + q_tiles),
+                           name=f"pack{s}")
+        b.data(sf, last_pack)
+        flops += mm_flops
+    out_tiles = q_tiles * hd_tiles * (2 if partial_out else 1)  # flash-decode partials carry max/sum too
+    ot = TileDesc(Space.GLOBAL, q_dt, (q_tiles * 32, hd_tiles * 32), "O", (aff(cta=1), aff(0)))
+    wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, out_tiles * tile_bytes(q_dt), ot, "write_out")
+    routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(q_dt), "pages_w": hd_tiles,
+                   "block": [q_tiles, hd_tiles]})
+    b.data(last_pack, wr)
+    b.attrs.update({"noc": routes, "cbs": {cb.name: cb.nbytes for cb in cbs}})
+    params = np.arange(count, dtype=np.int64).reshape(-1, 1)
+    cls = CtaClass(b.build(), params, ("cta",), threads=5, regs_per_thread=1, smem_bytes=sum(c.nbytes for c in cbs))
+    return cls, flops * count
+
+
+def sdpa_prefill(batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int, causal: bool,
+                 q_dt: DType, kv_dt: DType, hw: TensixProfile, *, fidelity: MathFidelity | str = "HiFi2",
+                 q_chunk: int = 256, grid: object = None) -> KernelGraph:
+    """Flash SDPA prefill: one CTA per (batch, head, Q chunk); causal Q chunk i reads K/V chunks 0..i."""
+    for dt, what in ((q_dt, "Q"), (kv_dt, "K/V")):
+        check_format(dt, f"sdpa prefill {what}")
+    fid = MathFidelity.parse(fidelity)
+    gx, gy = parse_grid(grid, hw)
+    qc = tiles(min(q_chunk, seq_q))
+    nq = -(-tiles(seq_q) // qc)
+    hd = tiles(head_dim)
+    classes, flops = [], 0.0
+    for i in range(nq):
+        kv = min(tiles(seq_kv), (i + 1) * qc + tiles(seq_kv) - tiles(seq_q)) if causal else tiles(seq_kv)
+        cls, f = _flash_class("sdpa", hw, qc, max(1, kv), hd, q_dt, kv_dt, fid, batch * heads_q, False)
+        classes.append(cls)
+        flops += f
+    dram = batch * (heads_q * (2 * seq_q) * head_dim * q_dt.nbytes + heads_kv * 2 * seq_kv * head_dim * kv_dt.nbytes)
+    return KernelGraph("sdpa_prefill", tuple(classes), flops=flops, dram_bytes=dram,
+                       attrs={"grid": (gx, gy), "fidelity": fid.label, "template": "tensix_flash_sdpa"})
+
+
+def flash_decode(batch: int, heads_q: int, heads_kv: int, seq_kv: int, head_dim: int, q_dt: DType, kv_dt: DType,
+                 hw: TensixProfile, *, fidelity: MathFidelity | str = "HiFi2", grid: object = None) -> KernelGraph:
+    """Flash-decode: each (batch, KV head) gets cores/(batch*heads_kv) cores splitting the KV length."""
+    check_format(kv_dt, "flash decode K/V cache")
+    fid = MathFidelity.parse(fidelity)
+    gx, gy = parse_grid(grid, hw)
+    units = batch * heads_kv
+    split = max(1, min((gx * gy) // max(1, units), tiles(seq_kv)))
+    kv = -(-tiles(seq_kv) // split)
+    q_tiles = tiles(max(1, heads_q // heads_kv))  # the query heads of one KV group pad one tile row
+    cls, flops = _flash_class("flash_decode", hw, q_tiles, kv, tiles(head_dim), q_dt, kv_dt, fid, units * split, True)
+    dram = batch * heads_kv * 2 * seq_kv * head_dim * kv_dt.nbytes + 2 * batch * heads_q * head_dim * q_dt.nbytes
+    return KernelGraph("flash_decode", (cls,), flops=4.0 * batch * heads_q * seq_kv * head_dim, dram_bytes=dram,
+                       attrs={"grid": (gx, gy), "fidelity": fid.label, "template": "tensix_flash_decode",
+                              "kv_split": split, "padded_flops": flops})
