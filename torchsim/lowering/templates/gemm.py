@@ -66,7 +66,10 @@ def gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, cfg: GemmConfig |
 
 
 def _regs(cfg: GemmConfig) -> int:
-    return 168 if cfg.pipeline is not Pipeline.SM80_MULTISTAGE else 232 // max(1, cfg.warps // 4)
+    """Registers per thread: warp-specialised kernels rebalance with setmaxnreg to fill the register file."""
+    if cfg.pipeline is Pipeline.SM80_MULTISTAGE:
+        return 232 // max(1, cfg.warps // 4)
+    return min(168, 65536 // cfg.threads())
 
 
 def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType, epi: Epilogue,
@@ -79,6 +82,7 @@ def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType,
         Pipeline.WS_3STAGE: _cooperative, Pipeline.WS_PINGPONG: _pingpong, Pipeline.SM100_TCGEN05: _sm100,
     }
     writers[cfg.pipeline](w, plan.kts)
+    w.link_slots()
     return b.build()
 
 
@@ -156,8 +160,7 @@ def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
         stage_loads = []
         for i in range(kt):
             pair = [w.load_a(producer, t, i), w.load_b(producer, t, i)]
-            w.slot_users.append([])
-            w.reuse_slot(g + i, pair)
+            w.stage(pair)
             stage_loads.append(pair)
         lasts = []
         for c, cg in enumerate(consumers):
@@ -205,8 +208,7 @@ def _pingpong(w: GemmWriter, kts: tuple[int, ...]) -> None:
             stage_loads = []
             for i in range(kt):
                 pair = [w.load_a(producer, t, i, parts=2, sub=c), w.load_b(producer, t, i)]
-                w.slot_users.append([])
-                w.reuse_slot(g + i, pair)
+                w.stage(pair)
                 stage_loads.append(pair)
             prev_mma = -1
             for i in range(kt):
@@ -244,8 +246,7 @@ def _sm100(w: GemmWriter, kts: tuple[int, ...]) -> None:
         stage_loads = []
         for i in range(kt):
             pair = [w.load_a(producer, t, i), w.load_b(producer, t, i)]
-            w.slot_users.append([])
-            w.reuse_slot(g + i, pair)
+            w.stage(pair)
             stage_loads.append(pair)
         last = -1
         for i in range(kt):

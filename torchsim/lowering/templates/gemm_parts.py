@@ -20,7 +20,8 @@ class GemmWriter:
     out_dtype: DType
     epilogue: Epilogue
     async_copy: bool  # True: TMA (sm90/sm100); False: cp.async through LD/ST (sm80)
-    slot_users: list[list[int]] = field(default_factory=list)  # per global load index: nodes freeing its slot
+    slot_users: list[list[int]] = field(default_factory=list)  # per global stage: nodes freeing its slot
+    stage_loads: list[list[int]] = field(default_factory=list)  # per global stage: the loads filling it
 
     # -- operands -----------------------------------------------------------------------------------------
     def _load(self, group: int, tile: TileDesc, name: str) -> int:
@@ -40,13 +41,20 @@ class GemmWriter:
                         (aff(0, **{f"nb{t}": s, f"r{t}": 1}), aff(i, **{f"k{t}": 1})))
         return self._load(group, tile, f"load_B[t{t},k{i}]")
 
-    def reuse_slot(self, g: int, loads: list[int]) -> None:
-        """Loads of global stage `g` wait until the consumers of stage `g - stages` freed the slot."""
-        if not self.cfg.order_edges or g < self.cfg.stages:
+    def stage(self, loads: list[int]) -> int:
+        """Open the next global pipeline stage filled by `loads`; returns its index."""
+        self.stage_loads.append(loads)
+        self.slot_users.append([])
+        return len(self.stage_loads) - 1
+
+    def link_slots(self) -> None:
+        """Buffer reuse: loads of stage g wait (ORDER) until every consumer of stage g - stages released it."""
+        if not self.cfg.order_edges:
             return
-        for user in self.slot_users[g - self.cfg.stages]:
-            for ld in loads:
-                self.b.order(user, ld)
+        for g in range(self.cfg.stages, len(self.stage_loads)):
+            for user in self.slot_users[g - self.cfg.stages]:
+                for ld in self.stage_loads[g]:
+                    self.b.order(user, ld)
 
     def mma(self, group: int, rows: int, cols: int, name: str) -> int:
         return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * rows * cols * self.cfg.bk, name=name)

@@ -1,0 +1,1 @@
+"""Reproductions of published simulator studies, shared by tests and benchmarks."""
