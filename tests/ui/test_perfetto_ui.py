@@ -205,7 +205,7 @@ def assert_ui_matches(ui: PerfettoUI, report: TraceReport, shot: Path) -> None:
     assert ui.scalar("select count(*) from flow") == stats.flows
     assert ui.scalar("select count(*) from process where pid between 1 and 999999") == stats.processes
     assert ui.scalar("select count(*) from thread where tid >= 1000000") == stats.threads
-    time.sleep(1.0)  # let the timeline paint before the screenshot
+    time.sleep(min(6.0, 1.0 + stats.slices / 40_000))  # let the timeline paint before the screenshot
     png = ui.screenshot(shot)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     print(f"{Path(report.path).name}: {stats.slices} slices, {stats.counters} counter values, {stats.flows} flows, "
@@ -253,3 +253,29 @@ def test_simulated_kernel_detail_opens_in_perfetto_ui(ui: PerfettoUI, artifacts:
     barrier_flows = ui.scalar("select count(*) from flow f join slice so on f.slice_out = so.id "
                               "where so.name like 'release%'")
     assert barrier_flows == sum(d.kind == "barrier" for d in detail.dependencies)
+
+
+def test_h100_gemm_4096_detail_opens_in_perfetto_ui(ui: PerfettoUI, artifacts: Path, tmp_path: Path) -> None:
+    """The issue's acceptance case: the kernel detail trace of an H100 4096^3 BF16 GEMM (~200k slices)."""
+    from torchsim.exports.adapt import kernel_detail, kernel_record
+    from torchsim.exports.records import RunInfo
+    from torchsim.graph import DType
+    from torchsim.hwmodels import get_profile
+    from torchsim.lowering.templates.gemm import gemm
+    from torchsim.sim import simulate
+
+    hw = get_profile("h100-sxm")
+    kg = gemm(4096, 4096, 4096, DType.BF16, hw)
+    result = simulate(kg, hw, record=True)
+    detail = kernel_detail(result, kg, RunInfo("gemm4096", "", hw.name), kernel_record(result))
+    report = write_trace(tmp_path / "gemm-4096.perfetto-trace", details=[detail])
+    assert report.stats.slices == len(detail.events) + 1 and report.stats.flows > 0
+    assert_ui_matches(ui, report, artifacts / "gemm-4096.png")
+    # one MMA slice's arguments, looked up by its arg set (a join over all 200k slices' args takes 30 s in WASM)
+    first = min((e for e in detail.events if e.op == "MMA"), key=lambda e: (e.start_cycle, e.sm))
+    ts = round(first.start_cycle * 1e9 / hw.clock_hz_value)
+    arg_set = ui.scalar(f"select arg_set_id from slice where name = '{first.node}' and ts = {ts} limit 1")
+    args = dict(ui.query(f"select key, display_value from args where arg_set_id = {arg_set}"))
+    assert args["debug.op"] == "MMA" and args["debug.unit"] == "TENSOR"
+    assert int(args["debug.cycles"]) == first.end_cycle - first.start_cycle
+    assert ui.scalar("select count(*) from slice where name glob 'mma*'") == sum(e.op == "MMA" for e in detail.events)
