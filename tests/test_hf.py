@@ -30,6 +30,7 @@ def test_missing_transformers_gives_install_hint(monkeypatch: pytest.MonkeyPatch
 transformers = pytest.importorskip("transformers", minversion="5.0",
                                    reason="transformers>=5 not installed (optional extra torchsim[hf])")
 from torchsim.models import hf  # noqa: E402  (after the skip: needs transformers)
+from torchsim.models.moe_patterns import moe_serving_patterns  # noqa: E402
 
 LINEAR, SDPA, GROUPED_MM = (torch.ops.aten.linear.default, torch.ops.aten.scaled_dot_product_attention.default,
                             torch.ops.aten._grouped_mm.default)
@@ -127,3 +128,59 @@ def test_hf_moe_block_plans_like_torchsim_moe_block(monkeypatch: pytest.MonkeyPa
     plan._plan_graph.cache_clear()
     assert [k for k, _ in theirs] == [k for k, _ in ours]
     assert ("reduce", "moe_sum") in theirs and ("router_topk", "topk_softmax") in theirs
+
+
+# --- HF models in torchsim's segment protocol -----------------------------------------------------------------
+
+Caches = list[torch.Tensor]
+
+
+def _run_segments(seg: Any, tokens: torch.Tensor, past_k: Caches | None = None,
+                  past_v: Caches | None = None) -> tuple[torch.Tensor, Caches, Caches]:
+    b, q = tokens.shape
+    past = 0 if past_k is None else past_k[0].shape[2]
+    cfg = seg.config
+    empty = torch.zeros(b, cfg.num_key_value_heads, 0, cfg.head_dim_value)
+    x, cos, sin = seg.head(tokens, torch.arange(past, past + q).expand(b, q))
+    ks, vs = [], []
+    for i, layer in enumerate(seg.layers):
+        x, k, v = layer(x, cos, sin, empty if past_k is None else past_k[i], empty if past_v is None else past_v[i])
+        ks.append(k)
+        vs.append(v)
+    return seg.tail(x), ks, vs
+
+
+@pytest.mark.parametrize("name", ["llama-tiny", "mixtral-micro"])
+def test_segments_compute_what_the_hf_model_computes(name: str) -> None:
+    from torchsim.models.hf_segments import HFSegmented
+
+    torch.manual_seed(0)
+    model = hf.build_hf_model(name, device="cpu", dtype=torch.float32)
+    seg = HFSegmented(model)
+    tokens = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = model(input_ids=tokens, use_cache=False).logits[:, -1:].argmax(-1)
+        got, ks, vs = _run_segments(seg, tokens[:, :11])
+        step, _, _ = _run_segments(seg, tokens[:, 11:], ks, vs)  # decode the 12th token from an 11-token cache
+        chunk, _, _ = _run_segments(seg, tokens[:, 6:], [k[:, :, :6] for k in ks], [v[:, :, :6] for v in vs])
+    assert torch.equal(step, want) and torch.equal(chunk, want)
+    assert got.shape == (2, 1)
+
+
+@pytest.mark.parametrize(("name", "q_len", "past"), [("llama3-8b", 512, 0), ("llama3-8b", 1, 1024),
+                                                     ("mixtral-8x7b", 512, 0), ("mixtral-8x7b", 1, 1024)])
+def test_hf_and_torchsim_models_give_the_same_serving_plan(name: str, q_len: int, past: int,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchsim.lowering import patterns, plan
+    from torchsim.models.hf_segments import HFSegmented
+    from torchsim.models.registry import build_model
+
+    monkeypatch.setitem(patterns.PRESETS, "serving", (*moe_serving_patterns(), *patterns.SERVING))
+    plan._plan_graph.cache_clear()
+    cfg = replace(get_config(name), num_hidden_layers=2)
+    ours = plan.plan_model(build_model(cfg), batch=2, q_len=q_len, past_len=past)
+    theirs = plan.plan_model(HFSegmented(hf.build_hf_model(cfg)), batch=2, q_len=q_len, past_len=past)
+    plan._plan_graph.cache_clear()
+    key = [(c.kind, c.params, c.name, c.layer, c.phase) for c in ours.calls]
+    assert [(c.kind, c.params, c.name, c.layer, c.phase) for c in theirs.calls] == key
+    assert not ours.unsupported and not theirs.unsupported
