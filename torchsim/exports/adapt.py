@@ -19,27 +19,44 @@ if TYPE_CHECKING:
     from torchsim.sim.result import KernelResult, NodeRecord
 
 _GLOBAL_OPS = GLOBAL_READS | GLOBAL_WRITES
+# attrs of a KernelGraph that describe the problem (shapes), as opposed to the template's configuration
+SHAPE_KEYS = frozenset({"m", "n", "k", "batch", "rows", "hidden", "cols", "tokens", "numel", "heads_q", "heads_kv",
+                        "seq_q", "seq_kv", "head_dim", "head_dim_v", "experts", "top_k", "vocab"})
+_NOT_CONFIG = SHAPE_KEYS | {"template", "kind", "dtype", "wall_s", "sms"}
+
+
+def _from_attrs(attrs: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, Any], ...], dict[str, Any]]:
+    """(kind, shape params, template config) read from a result's attrs when no KernelCall is at hand."""
+    template = str(attrs.get("template", ""))
+    kind = str(attrs.get("kind") or template.split("/")[0])
+    params = tuple(sorted((k, v) for k, v in attrs.items() if k in SHAPE_KEYS))
+    config = {k: v for k, v in attrs.items() if k not in _NOT_CONFIG and isinstance(v, (int, float, str, bool))}
+    return kind, params, config
 
 
 def kernel_record(result: KernelResult, *, index: int = 0, call: KernelCall | None = None, start_cycles: int = 0,
                   start_us: float = 0.0, template: str | None = None,
                   template_config: Mapping[str, Any] | None = None) -> KernelRecord:
-    """The export row of one simulated kernel; `call` supplies where it came from (name, phase, layer, source)."""
+    """The export row of one simulated kernel; `call` supplies where it came from (name, phase, layer, source).
+
+    Without a call, the kind, shapes and configuration come from the kernel graph's attrs (`template`, `m`...).
+    """
+    kind, attr_params, attr_config = _from_attrs(result.attrs)
     return KernelRecord(
         kernel_index=index,
         kernel_name=(call.name if call is not None and call.name else result.name),
-        kernel_kind=call.kind.value if call is not None else str(result.attrs.get("kind", "")),
+        kernel_kind=call.kind.value if call is not None else kind,
         phase=call.phase if call is not None else "",
         layer=call.layer if call is not None else None,
         stream=call.stream if call is not None else 0,
         module_path=call.module_path if call is not None else "",
         source_line=call.source if call is not None else "",
-        dtype=call.dtype.name.lower() if call is not None else "",
-        params=call.params if call is not None else (),
+        dtype=call.dtype.name.lower() if call is not None else str(result.attrs.get("dtype", "")),
+        params=call.params if call is not None else attr_params,
         start_cycles=start_cycles, duration_cycles=int(result.cycles), clock_hz=float(result.clock_hz),
         start_us=start_us, duration_us=result.time_us,
         template=template if template is not None else result.attrs.get("template"),
-        template_config=template_config if template_config is not None else result.attrs.get("config"),
+        template_config=template_config if template_config is not None else (attr_config or None),
         flops=float(result.flops), dram_bytes=float(result.dram_bytes), l2_hit_rate=float(result.l2_hit_rate),
         unit_busy=dict(result.unit_busy), stalls_cycles=dict(result.stalls), bound=result.bound,
         roofline_fallback=False,

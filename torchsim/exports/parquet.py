@@ -49,7 +49,7 @@ def _stall(reason: str) -> Callable[[RunInfo, KernelRecord], float | None]:
 KERNEL_COLUMNS: tuple[Column, ...] = (
     Column("run_id", pa.string(), "identifies the run (model, hardware, preset, scenario)",
            lambda r, k: r.run_id, False),
-    Column("model", pa.string(), "model name", lambda r, k: r.model, False),
+    Column("model", pa.string(), "model name; NULL for a standalone kernel", lambda r, k: r.model or None),
     Column("hardware", pa.string(), "hardware profile name", lambda r, k: r.hardware, False),
     Column("preset", pa.string(), "fusion preset (eager, serving); NULL for a standalone kernel",
            lambda r, k: r.preset or None),

@@ -11,6 +11,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from torchsim.exports.atomic import atomic_output
 from torchsim.exports.records import KernelRecord, PredictionRecords
@@ -126,8 +127,7 @@ def time_per_kind(pred: PredictionRecords) -> dict[str, dict[str, float]]:
     return {p: dict(v) for p, v in out.items()}
 
 
-def plot_time_per_kind(path: str | os.PathLike[str], preds: Sequence[PredictionRecords], title: str = "") -> None:
-    """PNG stacked bars: one bar per hardware, one colour per kernel kind; a panel per phase (decode per step)."""
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -135,6 +135,38 @@ def plot_time_per_kind(path: str | os.PathLike[str], preds: Sequence[PredictionR
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ValueError("--plot needs matplotlib: pip install 'torchsim[plot]' (or pip install matplotlib)") from exc
+    return plt
+
+
+def plot_kernel(path: str | os.PathLike[str], k: KernelRecord, hardware: str) -> None:
+    """PNG of one kernel: unit utilisation and where the waiting went (what is not modelled is left out)."""
+    plt = _pyplot()
+    busy = sorted((k.unit_busy or {}).items(), key=lambda kv: -kv[1])
+    stalls = sorted(((r, c) for r, c in (k.stalls_cycles or {}).items() if c > 0), key=lambda kv: -kv[1])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax1.barh([u for u, _ in busy][::-1], [100 * v for _, v in busy][::-1], color="#4C72B0")
+    ax1.set_xlim(0, 100)
+    ax1.set_xlabel("busy (% of kernel time, averaged over SMs)")
+    ax1.set_title("unit utilisation")
+    total = sum(c for _, c in stalls) or 1.0
+    ax2.barh([r for r, _ in stalls][::-1], [100 * c / total for _, c in stalls][::-1], color="#DD8452")
+    ax2.set_xlim(0, 100)
+    ax2.set_xlabel("share of waiting cycles (%)")
+    ax2.set_title("waits by reason")
+    for ax in (ax1, ax2):
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+    fig.suptitle(f"{k.kernel_name} on {hardware}: {k.duration_us:.2f} us, {k.duration_cycles:,} cycles, "
+                 f"bound: {k.bound or '-'}", fontsize=11)
+    fig.tight_layout()
+    with atomic_output(path) as f:
+        fig.savefig(f, format="png", dpi=130)
+    plt.close(fig)
+
+
+def plot_time_per_kind(path: str | os.PathLike[str], preds: Sequence[PredictionRecords], title: str = "") -> None:
+    """PNG stacked bars: one bar per hardware, one colour per kernel kind; a panel per phase (decode per step)."""
+    plt = _pyplot()
     data = [time_per_kind(p) for p in preds]
     phases = [ph for ph in ("prefill", "decode", "kernel") if any(ph in d for d in data)]
     totals: dict[str, float] = defaultdict(float)
