@@ -6,7 +6,9 @@ Run: python benchmarks/moe_routing_hf_capture.py [--layers 32]
 3. balanced and skewed patterns for mixtral-8x7b at 2048 tokens;
 4. HF LlamaForCausalLM / MixtralForCausalLM from torchsim's llama3-8b / mixtral-8x7b configs exported on the
    meta device (build and export times, node counts, peak RSS), and whether the GEMM / attention / grouped-GEMM
-   operand shapes equal those of torchsim's own models.
+   operand shapes equal those of torchsim's own models;
+5. the serving kernel plans of the HF models (through HFSegmented, one layer captured and reused) and of
+   torchsim's own models, compared call by call (kind, shapes, name, layer), with the capture+plan times.
 """
 
 from __future__ import annotations
@@ -92,8 +94,35 @@ def hf_capture(layers: int) -> None:
     print(f"    peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
+def plan_equivalence(layers: int) -> None:
+    from dataclasses import replace
+
+    from torchsim.lowering import patterns, plan
+    from torchsim.models.hf import build_hf_model
+    from torchsim.models.hf_segments import HFSegmented
+    from torchsim.models.moe_patterns import moe_serving_patterns
+
+    patterns.PRESETS["serving"] = (*moe_serving_patterns(), *patterns.SERVING)  # as asked of lowering.patterns
+    plan._plan_graph.cache_clear()
+    for name, q_len, past in (("llama3-8b", 2048, 0), ("llama3-8b", 1, 1024), ("mixtral-8x7b", 2048, 0),
+                              ("mixtral-8x7b", 1, 1024)):
+        cfg = replace(get_config(name), num_hidden_layers=layers)
+        t = time.perf_counter()
+        ours = plan.plan_model(build_model(cfg), batch=1, q_len=q_len, past_len=past)
+        own_s = time.perf_counter() - t
+        t = time.perf_counter()
+        theirs = plan.plan_model(HFSegmented(build_hf_model(cfg)), batch=1, q_len=q_len, past_len=past)
+        hf_s = time.perf_counter() - t
+        same = [(c.kind, c.params, c.name, c.layer) for c in ours.calls] == [
+            (c.kind, c.params, c.name, c.layer) for c in theirs.calls]
+        print(f"[5] {name} x{layers}, q {q_len}, past {past}: serving plan {len(ours.calls)} kernels (torchsim "
+              f"{own_s:.2f} s) vs {len(theirs.calls)} (HF {hf_s:.2f} s); identical calls: {same}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=32, help="decoder layers to export (default 32)")
+    layers = parser.parse_args().layers
     routing_sources()
-    hf_capture(parser.parse_args().layers)
+    hf_capture(layers)
+    plan_equivalence(layers)
