@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torchsim.exports.records import Dependency, KernelDetail, KernelRecord, NodeEvent, RunInfo
@@ -63,29 +64,47 @@ def kernel_record(result: KernelResult, *, index: int = 0, call: KernelCall | No
     )
 
 
-def _global_bytes(graph: TileGraph, node: int) -> float | None:
-    """Bytes a node moves to/from global memory (its work), None for nodes that do not touch global memory."""
-    if Op(int(graph.op[node])) not in _GLOBAL_OPS:
-        return None
-    tile = int(graph.tile[node])
-    if tile >= 0 and graph.tiles[tile].space is not Space.GLOBAL:
-        return None
-    return float(graph.work[node])
+@dataclass(frozen=True, slots=True)
+class _GraphFacts:
+    """Per-template lookups, computed once per CTA class (not per CTA or per event)."""
+
+    global_bytes: list[float | None]  # bytes a node moves to/from global memory, None for other nodes
+    cross_edges: list[tuple[int, int, str]]  # (src, dst, "data"|"order") between different groups
+    arrive_barrier: dict[int, int]  # barrier-arrive node -> barrier
+    wait_barrier: dict[int, int]  # barrier-wait node -> barrier
+
+    @classmethod
+    def of(cls, g: TileGraph) -> _GraphFacts:
+        ops = g.op.tolist()
+        tiles = g.tile.tolist()
+        work = g.work.tolist()
+        global_ops = {int(o) for o in _GLOBAL_OPS}
+        gbytes: list[float | None] = [
+            float(w) if op in global_ops and (t < 0 or g.tiles[t].space is Space.GLOBAL) else None
+            for op, t, w in zip(ops, tiles, work)]
+        group = g.group.tolist()
+        cross = [(s, d, "data" if k == int(Edge.DATA) else "order")
+                 for s, d, k in zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_kind.tolist())
+                 if group[s] != group[d]]
+        barrier = g.barrier.tolist()
+        arrive, wait = int(Op.BARRIER_ARRIVE), int(Op.BARRIER_WAIT)
+        return cls(gbytes, cross, {i: b for i, (op, b) in enumerate(zip(ops, barrier)) if op == arrive and b >= 0},
+                   {i: b for i, (op, b) in enumerate(zip(ops, barrier)) if op == wait and b >= 0})
 
 
-def _event(rec: NodeRecord, graph: TileGraph | None) -> NodeEvent:
+def _event(rec: NodeRecord, facts: _GraphFacts | None) -> NodeEvent:
     dram = getattr(rec, "dram_bytes", None)  # recorded by engines that attribute DRAM traffic per node
     return NodeEvent(
         sm=rec.sm, cta=rec.cta, group=rec.group, node=rec.name, op=rec.op, unit=rec.unit,
         issue_cycle=rec.issue, start_cycle=rec.start, end_cycle=rec.end,
         wait_reason=None if rec.wait_reason in ("none", "") else rec.wait_reason, wait_cycles=rec.wait_cycles,
-        node_index=rec.node, global_bytes=_global_bytes(graph, rec.node) if graph is not None else None,
+        node_index=rec.node, global_bytes=facts.global_bytes[rec.node] if facts is not None else None,
         dram_bytes=None if dram is None else float(dram),
     )
 
 
 def dependencies(events: list[NodeEvent], records: tuple[NodeRecord, ...],
-                 graphs: Mapping[str, TileGraph]) -> list[Dependency]:
+                 facts: Mapping[str, _GraphFacts]) -> list[Dependency]:
     """Cross-group edges of each CTA (data and order) plus barrier arrive -> the waits it released."""
     index: dict[tuple[int, int], int] = {(r.cta, r.node): i for i, r in enumerate(records)}
     by_cta: dict[int, list[int]] = defaultdict(list)
@@ -93,24 +112,23 @@ def dependencies(events: list[NodeEvent], records: tuple[NodeRecord, ...],
         by_cta[r.cta].append(i)
     deps: list[Dependency] = []
     for cta, idxs in by_cta.items():
-        g = graphs.get(records[idxs[0]].cta_class)
-        if g is None:
+        f = facts.get(records[idxs[0]].cta_class)
+        if f is None:
             continue
-        for s, d, k in zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_kind.tolist()):
-            if g.group[s] == g.group[d]:
-                continue
+        for s, d, kind in f.cross_edges:
             src, dst = index.get((cta, s)), index.get((cta, d))
             if src is not None and dst is not None:
-                deps.append(Dependency(src, dst, "data" if k == Edge.DATA else "order"))
+                deps.append(Dependency(src, dst, kind))
         arrives: dict[tuple[int, int], int] = {}  # (barrier, issue cycle) -> event of the last arrival then
         for i in idxs:
-            node = records[i].node
-            if g.op[node] == Op.BARRIER_ARRIVE and g.barrier[node] >= 0:
-                arrives[(int(g.barrier[node]), records[i].issue)] = i
+            b = f.arrive_barrier.get(records[i].node)
+            if b is not None:
+                arrives[(b, records[i].issue)] = i
         for i in idxs:
-            node = records[i].node
-            if g.op[node] == Op.BARRIER_WAIT and records[i].wait_reason == "barrier":
-                src = arrives.get((int(g.barrier[node]), records[i].ready))
+            r = records[i]
+            b = f.wait_barrier.get(r.node)
+            if b is not None and r.wait_reason == "barrier":
+                src = arrives.get((b, r.ready))
                 if src is not None and events[src].group != events[i].group:
                     deps.append(Dependency(src, i, "barrier"))
     return deps
@@ -122,8 +140,8 @@ def kernel_detail(result: KernelResult, kernel: KernelGraph, run: RunInfo,
     if result.records is None:
         raise ValueError(f"kernel {result.name!r} was simulated without node records; "
                          "call simulate(kernel, hw, record=True) for a detail view or a nodes table")
-    graphs = {c.graph.name: c.graph for c in kernel.classes}
+    facts = {c.graph.name: _GraphFacts.of(c.graph) for c in kernel.classes}
     records = result.records
-    events = [_event(r, graphs.get(r.cta_class)) for r in records]
+    events = [_event(r, facts.get(r.cta_class)) for r in records]
     num_sms = int(result.attrs.get("sms", max((e.sm for e in events), default=0) + 1))
-    return KernelDetail(record or kernel_record(result), run, num_sms, events, dependencies(events, records, graphs))
+    return KernelDetail(record or kernel_record(result), run, num_sms, events, dependencies(events, records, facts))
