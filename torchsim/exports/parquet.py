@@ -55,6 +55,9 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
            lambda r, k: r.preset or None),
     Column("phase", pa.string(), "prefill or decode; NULL for a standalone kernel", lambda r, k: k.phase or None),
     Column("decode_step", pa.int32(), "decode step (0-based); NULL in prefill", lambda r, k: k.decode_step),
+    Column("simulated_step", pa.int32(), "decode step whose simulation the row shows (differs from decode_step "
+           "on interpolated rows); NULL in prefill", lambda r, k: k.simulated_step),
+    Column("kv_len", pa.int32(), "KV-cache length a decode kernel attends over", lambda r, k: k.kv_len),
     Column("layer", pa.int32(), "transformer layer; NULL outside layers", lambda r, k: k.layer),
     Column("kernel_index", pa.int32(), "launch order within the run", lambda r, k: k.kernel_index, False),
     Column("stream", pa.int32(), "stream the kernel ran on", lambda r, k: k.stream, False),
@@ -74,6 +77,8 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
     Column("duration_cycles", pa.int64(), "duration in hardware clock cycles", lambda r, k: k.duration_cycles, False),
     Column("start_us", pa.float64(), "start from the run's start, microseconds", lambda r, k: k.start_us, False),
     Column("duration_us", pa.float64(), "duration, microseconds", lambda r, k: k.duration_us, False),
+    Column("gap_us", pa.float64(), "idle time on the stream before the kernel (launch/host model), microseconds",
+           lambda r, k: k.gap_us),
     Column("clock_hz", pa.float64(), "clock the cycles count", lambda r, k: k.clock_hz, False),
     Column("flops", pa.float64(), "useful floating-point operations", lambda r, k: k.flops),
     Column("dram_bytes", pa.float64(), "DRAM (HBM) traffic, bytes", lambda r, k: k.dram_bytes),
@@ -101,6 +106,8 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
     Column("source_line", pa.string(), "model source line, file.py:123", lambda r, k: k.source_line or None),
     Column("roofline_fallback", pa.bool_(), "true when no template simulated it and a roofline estimate stands in",
            lambda r, k: k.roofline_fallback, False),
+    Column("method", pa.string(), "how the duration was obtained: simulated, k-extrapolated, roofline: <why>, "
+           "interpolated from decode steps A and B", lambda r, k: k.method),
 )
 
 NODE_COLUMNS: tuple[Column, ...] = (

@@ -1,0 +1,103 @@
+"""Turn a `torchsim.prediction.Prediction` into export records: one KernelRecord per kernel launch.
+
+The prediction simulates a few sampled decode steps and interpolates the others (`decode_step_s` has one
+time per step). For the timeline and the kernels table every step gets its launches: a step that was not
+simulated takes its kernels from the bracketing sampled steps, each duration interpolated linearly by step,
+then scaled so the step lasts exactly the prediction's `decode_step_s[t]`; such rows say so in `method`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any
+
+from torchsim.exports.records import KernelRecord, PredictionRecords, RunInfo
+
+
+def _record(k: Any, index: int, clock_hz: float) -> KernelRecord:
+    return KernelRecord(
+        kernel_index=index, kernel_name=k.name, kernel_kind=k.kind, phase=k.phase,
+        start_cycles=int(k.start_cycles), duration_cycles=int(k.duration_cycles), clock_hz=clock_hz,
+        start_us=float(k.start_us), duration_us=float(k.duration_us), dtype=k.dtype, params=tuple(k.params),
+        decode_step=k.decode_step, layer=k.layer, stream=k.stream,
+        template=None if k.fallback else (k.template or None),
+        template_config=None if k.fallback else (dict(k.config) or None),
+        flops=float(k.flops) if k.flops or not k.fallback else None,
+        dram_bytes=float(k.dram_bytes) if k.dram_bytes or not k.fallback else None,
+        l2_hit_rate=None if k.fallback else float(k.l2_hit_rate),
+        unit_busy=None if k.fallback else dict(k.unit_util),
+        stalls_cycles=None if k.fallback else dict(k.stalls),
+        bound=k.bound or None, module_path=k.module_path, source_line=k.source, roofline_fallback=bool(k.fallback),
+        kv_len=getattr(k, "kv_len", None), gap_us=getattr(k, "gap_us", None), method=getattr(k, "method", None),
+        simulated_step=k.decode_step,
+    )
+
+
+def _clock_hz(pred: Any) -> float:
+    for k in pred.kernels:
+        if k.duration_us > 0 and k.duration_cycles > 0:
+            return float(k.duration_cycles) / (float(k.duration_us) * 1e-6)
+    return 1e9
+
+
+def run_info(pred: Any, run_id: str | None = None) -> RunInfo:
+    scenario = {"prompt": pred.prompt_len, "decode": pred.decode_steps, "batch": pred.batch, "kv_len": pred.kv_len,
+                "launch": getattr(pred, "launch", "")}
+    rid = run_id or f"{pred.model}-{pred.hw}-{pred.preset}-b{pred.batch}-p{pred.prompt_len}-d{pred.decode_steps}"
+    return RunInfo(rid, pred.model, pred.hw, pred.preset, scenario=scenario)
+
+
+def prediction_records(pred: Any, run_id: str | None = None, all_steps: bool = True) -> PredictionRecords:
+    """Records of every launch: prefill, then each decode step (sampled ones as simulated, others interpolated)."""
+    clock = _clock_hz(pred)
+    prefill = [k for k in pred.kernels if k.phase == "prefill"]
+    by_step: dict[int, list[Any]] = defaultdict(list)
+    for k in pred.kernels:
+        if k.phase == "decode" and k.decode_step is not None:
+            by_step[int(k.decode_step)].append(k)
+    out = [_record(k, 0, clock) for k in sorted(prefill, key=lambda k: (k.start_us, k.order))]
+    sampled = sorted(by_step)
+    steps = range(len(pred.decode_step_s)) if all_steps and sampled else sampled
+    t_us = float(pred.ttft_s) * 1e6
+    for t in steps:
+        step_us = float(pred.decode_step_s[t]) * 1e6 if t < len(pred.decode_step_s) else None
+        if t in by_step:
+            rows = [_record(k, 0, clock) for k in sorted(by_step[t], key=lambda k: (k.start_us, k.order))]
+        else:
+            rows = _interpolated(t, sampled, by_step, clock, t_us, step_us)
+        out.extend(rows)
+        t_us += step_us if step_us is not None else sum((r.gap_us or 0.0) + r.duration_us for r in rows)
+    return PredictionRecords(run_info(pred, run_id), [replace(r, kernel_index=i) for i, r in enumerate(out)])
+
+
+def _interpolated(t: int, sampled: list[int], by_step: dict[int, list[Any]], clock: float, start_us: float,
+                  step_us: float | None) -> list[KernelRecord]:
+    """Step t's launches from the sampled steps around it (linear in t), scaled to last `step_us`."""
+    i = bisect.bisect_left(sampled, t)
+    lo = sampled[max(0, i - 1)]
+    hi = sampled[min(i, len(sampled) - 1)]
+    base = sorted(by_step[lo], key=lambda k: (k.start_us, k.order))
+    other = sorted(by_step[hi], key=lambda k: (k.start_us, k.order))
+    if len(other) != len(base) or any(a.name != b.name for a, b in zip(base, other)):
+        other, hi = base, lo  # different launch lists: hold the nearer step's kernels
+    w = 0.0 if hi == lo else (t - lo) / (hi - lo)
+    durs = [(1 - w) * a.duration_us + w * b.duration_us for a, b in zip(base, other)]
+    gaps = [(1 - w) * float(getattr(a, "gap_us", 0.0)) + w * float(getattr(b, "gap_us", 0.0))
+            for a, b in zip(base, other)]
+    total = sum(durs) + sum(gaps)
+    scale = step_us / total if step_us and total > 0 else 1.0
+    method = f"interpolated from decode steps {lo} and {hi}" if hi != lo else f"copied from decode step {lo}"
+    rows: list[KernelRecord] = []
+    t_us = start_us
+    for k, dur, gap in zip(base, durs, gaps):
+        t_us += gap * scale
+        d_us = dur * scale
+        rec = _record(k, 0, clock)
+        rows.append(replace(rec, decode_step=t, start_us=t_us, duration_us=d_us, gap_us=gap * scale,
+                            start_cycles=round(t_us * 1e-6 * clock), duration_cycles=round(d_us * 1e-6 * clock),
+                            kv_len=None if rec.kv_len is None else rec.kv_len + (t - lo), method=method,
+                            simulated_step=lo))
+        t_us += d_us
+    return rows
