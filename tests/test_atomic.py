@@ -155,3 +155,23 @@ def test_trace_error_mid_write_keeps_old_trace(good: Path) -> None:
         write_trace(good, [PredictionRecords(pred.run, kernels)])
     assert good.read_bytes() == GOOD
     assert leftovers(good.parent) == []
+
+
+def test_really_full_disk_keeps_old_file(tmp_path: Path) -> None:
+    """A 64 kB tmpfs fills up mid-write. Needs mount rights (root in a container); skips elsewhere."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=False,
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.strip() or 'mount failed'})")
+    try:
+        target = mnt / "kernels.parquet"
+        write_kernels(target, [synthetic_prediction(layers=1, decode_steps=0)], [SyntheticProfile("h100-sxm")])
+        before = target.read_bytes()
+        with pytest.raises(OutputError, match="No space left on device; the existing file was left unchanged"):
+            write_kernels(target, [synthetic_prediction(layers=32, decode_steps=30)], [SyntheticProfile("h100-sxm")])
+        assert target.read_bytes() == before
+        assert leftovers(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
