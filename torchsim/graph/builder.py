@@ -39,6 +39,7 @@ class GraphBuilder:
         self._tile: list[int] = []
         self._barrier: list[int] = []
         self._phase: list[int] = []
+        self._smem_io: list[float] = []
         self._tiles: list[TileDesc] = []
         self._tile_ids: dict[TileDesc, int] = {}
         self._barriers: list[Barrier] = []
@@ -61,11 +62,14 @@ class GraphBuilder:
         return len(self._barriers) - 1
 
     def node(self, group: int, op: Op, unit: Unit, work: float = 0.0, tile: TileDesc | None = None,
-             name: str = "", barrier: int = -1, phase: int = 0, ordered: bool = True) -> int:
+             name: str = "", barrier: int = -1, phase: int = 0, ordered: bool = True,
+             smem_bytes: float = 0.0) -> int:
         """Add a node to `group`. With program order on, an ORDER edge joins it to the group's previous node.
 
         `ordered=False` adds a node outside the group's program order (an asynchronous completion such as
-        tcgen05.commit arriving on a barrier when the MMA finishes).
+        tcgen05.commit arriving on a barrier when the MMA finishes). `smem_bytes` is traffic the node moves
+        through the SM's shared-memory port besides its own unit's work (MMA operands read from shared memory;
+        TMA loads count their shared-memory writes automatically).
         """
         if not 0 <= group < len(self._groups):
             raise GraphError(f"template {self.name!r}: node {name!r} names group {group}, "
@@ -81,6 +85,7 @@ class GraphBuilder:
         self._work.append(float(work))
         self._barrier.append(barrier)
         self._phase.append(phase)
+        self._smem_io.append(float(smem_bytes))
         if tile is None:
             self._tile.append(-1)
         else:
@@ -130,7 +135,8 @@ class GraphBuilder:
             op=np.array(self._op, dtype=np.int8), unit=np.array(self._unit, dtype=np.int8),
             group=np.array(self._group, dtype=np.int32), work=np.array(self._work, dtype=np.float64),
             tile=np.array(self._tile, dtype=np.int32), barrier=np.array(self._barrier, dtype=np.int32),
-            phase=np.array(self._phase, dtype=np.int32), tiles=tuple(self._tiles),
+            phase=np.array(self._phase, dtype=np.int32), smem_io=np.array(self._smem_io, dtype=np.float64),
+            tiles=tuple(self._tiles),
             barriers=tuple(self._barriers), edge_src=edges[:, 0].astype(np.int32),
             edge_dst=edges[:, 1].astype(np.int32), edge_kind=edges[:, 2].astype(np.int8),
             dtype=self.dtype, attrs=dict(self.attrs),

@@ -42,6 +42,7 @@ class TileGraph:
     tile: np.ndarray  # int32 [n] index into tiles, -1 none
     barrier: np.ndarray  # int32 [n] index into barriers for arrive/wait nodes, -1 none
     phase: np.ndarray  # int32 [n] barrier phase a wait node waits for
+    smem_io: np.ndarray  # float64 [n] bytes through the shared-memory port besides the unit's work
     tiles: tuple[TileDesc, ...]
     barriers: tuple[Barrier, ...]
     edge_src: np.ndarray  # int32 [e]
@@ -139,7 +140,8 @@ class TileGraph:
             "nodes": [{"name": self.node_names[i], "op": Op(int(self.op[i])).name,
                        "unit": Unit(int(self.unit[i])).name, "group": int(self.group[i]),
                        "work": float(self.work[i]), "tile": int(self.tile[i]),
-                       "barrier": int(self.barrier[i]), "phase": int(self.phase[i])}
+                       "barrier": int(self.barrier[i]), "phase": int(self.phase[i]),
+                       "smem_io": float(self.smem_io[i])}
                       for i in range(self.num_nodes)],
             "tiles": [t.to_json() for t in self.tiles],
             "barriers": [{"name": b.name, "expected": b.expected} for b in self.barriers],
@@ -163,6 +165,7 @@ class TileGraph:
             tile=np.array([d["tile"] for d in nodes], dtype=np.int32),
             barrier=np.array([d["barrier"] for d in nodes], dtype=np.int32),
             phase=np.array([d["phase"] for d in nodes], dtype=np.int32),
+            smem_io=np.array([d.get("smem_io", 0.0) for d in nodes], dtype=np.float64),
             tiles=tuple(TileDesc.from_json(t) for t in obj["tiles"]),
             barriers=tuple(Barrier(b["name"], b["expected"]) for b in obj["barriers"]),
             edge_src=np.array([e[0] for e in edges], dtype=np.int32),

@@ -141,6 +141,7 @@ class _Engine:
         self.stalls = [0.0] * len(STALLS)
         self.records: list[NodeRecord] = []
         self.cta_sm: list[int] = [-1] * len(self.pending)
+        self.sm_end = [0] * self.nsm  # cycle at which each SM's last CTA retired
         self.resident: dict[int, _Cta] = {}
         self.now = 0
 
@@ -197,6 +198,7 @@ class _Engine:
         sm.threads -= p.threads
         sm.regs -= p.regs
         sm.smem -= p.smem
+        self.sm_end[cta.sm] = t
         del self.resident[cta.seq]
         self.done_ctas += 1
         while self._dispatch(sm, t):
@@ -276,6 +278,11 @@ class _Engine:
         else:
             assert unit is not None
             done, start = self._memory(unit, cta, j, t, code == GLOBAL_READ)
+        sio = p.smem_io[j]
+        if sio and Unit.LDST in sm.units:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
+            port_end, _ = sm.units[Unit.LDST].accept(t, sio)
+            if port_end > done:
+                done = port_end
         if self.record:
             self.records.append(NodeRecord(
                 cta.sm, cta.seq, p.name, p.group_names[g], j, p.names[j], Op(p.op[j]).name,
@@ -451,11 +458,13 @@ class _Engine:
         hw = self.hw
         cycles = max(1, t)
         busy: dict[str, float] = {}
+        sm_busy: dict[str, tuple[float, ...]] = {}  # unit -> busy cycles of each SM (load balance across SMs)
         for unit_id in sorted(self.sms[0].units):
             pipes = [sm.units[unit_id] for sm in self.sms if unit_id in sm.units]
             if pipes:
                 work = sum(pp.busy_work for pp in pipes)
                 busy[pipes[0].name] = work / (pipes[0].throughput * cycles * self.nsm)
+                sm_busy[pipes[0].name] = tuple(pp.busy_work / pp.throughput for pp in pipes)
         if self.memsys is not None:
             busy.update(self.memsys.busy(cycles))
         else:
@@ -470,14 +479,15 @@ class _Engine:
             l2_hit_rate=self.l2.hit_rate,
             unit_busy=busy, stalls=dict(zip(STALLS, self.stalls)), bound=bound, waves=waves,
             ctas=len(self.pending), ctas_per_sm=per_sm, node_events=self.events,
-            attrs={**self.kernel.attrs, "wall_s": wall_s, "sms": self.nsm},
+            attrs={**self.kernel.attrs, "wall_s": wall_s, "sms": self.nsm, "sm_end_cycles": tuple(self.sm_end),
+                   "sm_busy_cycles": sm_busy},
             records=tuple(self.records) if self.record else None,
             cta_sm=tuple(self.cta_sm) if self.record else None,
         )
 
 
 BOUND_NAMES = {"tensor": "tensor pipe", "dram": "DRAM bandwidth", "l2": "L2 bandwidth", "fma": "CUDA cores",
-               "sfu": "SFU", "ldst": "LD/ST", "tma": "TMA", "tmem": "TMEM", "fpu": "matrix FPU",
+               "sfu": "SFU", "ldst": "shared-memory/LD-ST port", "tma": "TMA", "tmem": "TMEM", "fpu": "matrix FPU",
                "sfpu": "SFPU", "unpacker": "unpacker", "packer": "packer", "noc": "NoC links"}
 
 

@@ -45,6 +45,7 @@ class Prepared:
     threads: int
     regs: int
     smem: int
+    smem_io: list[float]  # bytes through the shared-memory port (MMA operands, TMA writes into smem)
     pred_edges: list[list[tuple[int, int]]] | None = None  # (src, kind), built for deadlock diagnosis
 
     def predecessors(self, j: int, src: np.ndarray, dst: np.ndarray, kind: np.ndarray) -> list[tuple[int, int]]:
@@ -132,4 +133,5 @@ def prepare(cls: CtaClass, hw: GpuProfile) -> Prepared:
         mem_const=np.array(consts, dtype=np.int64).reshape(len(mem_nodes), dims),
         mem_coef=np.array(coefs, dtype=np.int64).reshape(len(mem_nodes), dims, P),
         ngroups=len(g.groups), threads=cls.threads, regs=cls.regs_per_thread * cls.threads, smem=cls.smem,
+        smem_io=[float(g.smem_io[i]) or (float(g.work[i]) if ops[i] is Op.TMA_LOAD else 0.0) for i in range(n)],
     )

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchsim.graph import KernelGraph
+from torchsim.hwmodels.gpu import Arch
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates.gemm import gemm
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
@@ -41,6 +42,9 @@ def _gemm_call(call: KernelCall, hw: Any) -> KernelGraph:
 
 def build_kernel(call: KernelCall, hw: Any) -> KernelGraph:
     """Build the tile graph of `call` for `hw`; NotImplementedError when no template serves the kind."""
+    if getattr(hw, "arch", None) is Arch.TENSIX:
+        from torchsim.lowering.templates.tensix import build_tensix_kernel
+        return build_tensix_kernel(call, hw)
     fn = TEMPLATES.get(call.kind)
     if fn is None:
         raise NotImplementedError(f"no {hw.arch.value} template for {call.kind.value} yet")

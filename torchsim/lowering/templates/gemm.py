@@ -76,7 +76,8 @@ def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType,
                hw: GpuProfile) -> TileGraph:
     name = f"gemm/{cfg.pipeline.value}/{cfg.bm}x{cfg.bn}x{cfg.bk}/{len(plan.kts)}tiles"
     b = GraphBuilder(name, dtype, program_order=cfg.order_edges)
-    w = GemmWriter(b, cfg, dtype, out_dtype, epi, async_copy=cfg.pipeline is not Pipeline.SM80_MULTISTAGE)
+    w = GemmWriter(b, cfg, dtype, out_dtype, epi, async_copy=cfg.pipeline is not Pipeline.SM80_MULTISTAGE,
+                   multicast_b=cfg.pipeline is not Pipeline.SM100_TCGEN05)
     writers = {
         Pipeline.SM80_MULTISTAGE: _sm80, Pipeline.NAIVE_2STAGE: _naive, Pipeline.WS_COOPERATIVE: _cooperative,
         Pipeline.WS_3STAGE: _cooperative, Pipeline.WS_PINGPONG: _pingpong, Pipeline.SM100_TCGEN05: _sm100,
@@ -116,7 +117,7 @@ def _sm80(w: GemmWriter, kts: tuple[int, ...]) -> None:
             for ld in loads.pop(i):
                 b.data(ld, lds)
             frags[i] = lds
-            mma = w.mma(warps, cfg.bm, cfg.bn, f"mma[t{t},k{i}]")
+            mma = w.mma(warps, cfg.bm, cfg.bn, f"mma[t{t},k{i}]", smem_operands=False)  # mma.sync: registers
             b.data(lds, mma)
             last = mma
         w.epilogue_nodes(warps, t, cfg.bm, 0, 1, [last], split=split)

@@ -20,13 +20,16 @@ class GemmWriter:
     out_dtype: DType
     epilogue: Epilogue
     async_copy: bool  # True: TMA (sm90/sm100); False: cp.async through LD/ST (sm80)
+    multicast_b: bool = True  # b_split > 1 shares B by TMA multicast (sm90) rather than a CTA pair (sm100)
     slot_users: list[list[int]] = field(default_factory=list)  # per global stage: nodes freeing its slot
     stage_loads: list[list[int]] = field(default_factory=list)  # per global stage: the loads filling it
 
     # -- operands -----------------------------------------------------------------------------------------
-    def _load(self, group: int, tile: TileDesc, name: str) -> int:
+    def _load(self, group: int, tile: TileDesc, name: str, landed: float = 0.0) -> int:
+        """A TMA (or cp.async) load; `landed` is what arrives in this CTA's shared memory when a multicast
+        from the cluster delivers more than this CTA fetched itself."""
         op, unit = (Op.TMA_LOAD, Unit.TMA) if self.async_copy else (Op.CP_ASYNC, Unit.LDST)
-        return self.b.node(group, op, unit, work=tile.nbytes, tile=tile, name=name)
+        return self.b.node(group, op, unit, work=tile.nbytes, tile=tile, name=name, smem_bytes=landed)
 
     def load_a(self, group: int, t: int, i: int, parts: int = 1, sub: int = 0) -> int:
         cfg = self.cfg
@@ -39,7 +42,8 @@ class GemmWriter:
         s = cfg.b_split
         tile = TileDesc(Space.GLOBAL, self.dtype, (cfg.bn // s, cfg.bk), "B",
                         (aff(0, **{f"nb{t}": s, f"r{t}": 1}), aff(i, **{f"k{t}": 1})))
-        return self._load(group, tile, f"load_B[t{t},k{i}]")
+        multicast = self.async_copy and self.multicast_b
+        return self._load(group, tile, f"load_B[t{t},k{i}]", landed=tile.nbytes * s if multicast else 0.0)
 
     def stage(self, loads: list[int]) -> int:
         """Open the next global pipeline stage filled by `loads`; returns its index."""
@@ -56,8 +60,14 @@ class GemmWriter:
                 for ld in self.stage_loads[g]:
                     self.b.order(user, ld)
 
-    def mma(self, group: int, rows: int, cols: int, name: str) -> int:
-        return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * rows * cols * self.cfg.bk, name=name)
+    def mma(self, group: int, rows: int, cols: int, name: str, smem_operands: bool = True) -> int:
+        """rows x cols x bk MMA; wgmma/tcgen05 read both operands from shared memory (SS mode). Under TMA
+        multicast (sm90) the whole B tile sits in this CTA's shared memory; in a tcgen05 CTA pair each SM
+        holds and reads only its share of B."""
+        b_cols = cols if self.multicast_b else cols / self.cfg.b_split
+        operands = (rows + b_cols) * self.cfg.bk * self.dtype.nbytes if smem_operands else 0.0
+        return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * rows * cols * self.cfg.bk, name=name,
+                           smem_bytes=operands)
 
     # -- epilogue -----------------------------------------------------------------------------------------
     def epilogue_nodes(self, group: int, t: int, rows: int, sub: int, parts: int, after: list[int],
