@@ -1,7 +1,8 @@
 """MoE fusion patterns for the `serving` preset: the kernels a fused-MoE runtime launches around the experts.
 
 Plugs into lowering.patterns (a list of (pattern, builder) pairs): splice `moe_serving_patterns()` into the
-serving preset. It groups the ATen ops of an MoE block the way vLLM's fused_moe path runs them:
+serving preset (`SERVING = (*moe_serving_patterns(), ...)`; this module does not import lowering.patterns).
+It groups the ATen ops of an MoE block the way vLLM's fused_moe path runs them:
   router:  softmax + top-k + renormalise            -> one ROUTER_TOPK kernel (the router GEMM stays a GEMM)
   align:   sort, token-index math, histc, cumsum     -> one small `moe_align` kernel; the gather of the hidden
            rows is read by the first grouped GEMM (sorted token ids), not copied by a kernel of its own
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.lowerings import PlanContext, is_view
 from torchsim.lowering.opgraph import OpGraph, OpNode
-from torchsim.lowering.patterns import Match, Pattern, Patterns
+
+if TYPE_CHECKING:  # lowering.patterns may import this module to build its serving preset: no import cycle
+    from torchsim.lowering.patterns import Match, Patterns
 
 # Innermost module class names of routers and expert containers (torchsim's own and HF transformers v5).
 ROUTER_TYPES = frozenset({"TopKRouter", "MixtralTopKRouter"})
@@ -31,13 +35,18 @@ class MoeStage(Enum):
     COMBINE = "combine"  # ops of an experts module after its last grouped GEMM
 
 
-class MoeStagePattern(Pattern):
-    """One match per MoE module path: the stage's ops (views and kernels of their own excluded)."""
+class MoeStagePattern:
+    """One match per MoE module path: the stage's ops (views and kernels of their own excluded).
+
+    Implements lowering.patterns.Pattern's `find(g, taken)` (duck-typed, so this module never imports patterns).
+    """
 
     def __init__(self, stage: MoeStage) -> None:
         self.stage = stage
 
     def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        from torchsim.lowering.patterns import Match
+
         types = ROUTER_TYPES if self.stage is MoeStage.ROUTER else EXPERTS_TYPES
         scopes: dict[str, list[OpNode]] = {}
         for n in g.nodes:
