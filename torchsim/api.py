@@ -1,0 +1,289 @@
+"""torchsim.predict: a model name (or module, or config) + a GPU -> TTFT, time per output token, every kernel.
+
+The top of the pipeline: capture (lowering.capture) -> plan (lowering.plan) -> simulate each distinct kernel
+once (torchsim.kernel_sim) -> place kernels on a stream with a launch/host model -> Prediction. Decode steps
+are simulated at a few KV lengths and interpolated linearly in between.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchsim.hwmodels.quantity import Quantity, assumed
+from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_call
+from torchsim.lowering.capture import capture_model
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
+from torchsim.prediction import KernelRecord, Prediction
+
+EAGER_HOST_S = assumed(4.5e-6, "s", "assumed: host time PyTorch eager spends per kernel (Python dispatch, ATen, "
+                       "cudaLaunchKernel); published per-op eager overheads are a few to ~10 us")
+LAUNCH_MODES = ("cuda-graphs", "eager")
+
+
+@dataclass(frozen=True)
+class LaunchModel:
+    """When kernels start: `start = max(end of previous + device gap, host issue time)`, plus one cost per step."""
+
+    mode: str
+    host_per_kernel: Quantity  # host time to issue one kernel (0 when a CUDA graph replays the step)
+    device_gap: Quantity  # idle time between dependent kernels on the device
+    step_overhead: Quantity  # once per forward step (the graph launch)
+
+    @staticmethod
+    def for_mode(mode: str, hw: Any) -> LaunchModel:
+        if mode == "cuda-graphs":
+            return LaunchModel(mode, assumed(0.0, "s", "CUDA graph replay: no per-kernel host work"),
+                               hw.graph_launch_overhead_s, hw.launch_overhead_s)
+        if mode == "eager":
+            return LaunchModel(mode, EAGER_HOST_S, hw.launch_overhead_s, assumed(0.0, "s", "no graph launch"))
+        raise ValueError(f"unknown launch mode {mode!r}; valid: {', '.join(LAUNCH_MODES)}")
+
+    def describe(self) -> str:
+        return (f"launch {self.mode}: host {float(self.host_per_kernel) * 1e6:.1f} us/kernel "
+                f"({self.host_per_kernel.kind}), device gap {float(self.device_gap) * 1e6:.1f} us "
+                f"({self.device_gap.kind}: {self.device_gap.source}), per step "
+                f"{float(self.step_overhead) * 1e6:.1f} us")
+
+    def place(self, sims: Sequence[KernelSim]) -> tuple[list[tuple[float, float]], float]:
+        """(start, gap) of each kernel from the step's start, and the step's duration."""
+        host, dev = 0.0, float(self.step_overhead)
+        hpk, gap = float(self.host_per_kernel), float(self.device_gap)
+        out = []
+        for i, s in enumerate(sims):
+            host += hpk
+            start = max(dev + (gap if i else 0.0), host)
+            out.append((start, start - dev))
+            dev = start + s.time_s
+        return out, dev
+
+
+def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
+            kv_len: int | None = None, batch: int = 1, preset: str | Preset = "serving", launch: str | None = None,
+            dtype: str = "bf16", routing: Any = None, fallback: str | None = None, decode_samples: int = 3,
+            max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, progress: bool = False) -> Prediction:
+    """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
+
+    `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
+    kv_len + t + 1 tokens. `launch` defaults to CUDA graphs for `serving` and eager launches for `eager`.
+
+    >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
+    >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
+    True
+    """
+    t0 = time.perf_counter()
+    preset = Preset.parse(preset)
+    launch = launch or ("cuda-graphs" if preset is Preset.SERVING else "eager")
+    if launch not in LAUNCH_MODES:
+        raise ValueError(f"unknown launch mode {launch!r}; valid: {', '.join(LAUNCH_MODES)}")
+    if fallback not in (None, "roofline", "none"):
+        raise ValueError(f"unknown fallback {fallback!r}; valid: roofline, none")
+    for name, value in (("batch", batch), ("prompt_len", prompt_len), ("decode_samples", decode_samples),
+                        ("max_sim_events", max_sim_events)):
+        _require_int(name, value, minimum=1)
+    _require_int("decode_steps", decode_steps, minimum=0)
+    kv0 = prompt_len if kv_len is None else kv_len
+    _require_int("kv_len", kv0, minimum=1)
+    if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16"):
+        raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16")
+    prof = _profile(hw)
+    name, cfg, module = _resolve_model(model, dtype)
+    ctx_len = _context(cfg)
+    for what, start in (("prompt_len", prompt_len), ("kv_len", kv0)):
+        if ctx_len and start + decode_steps > ctx_len:
+            raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
+                             f"exceeds {name}'s context of {ctx_len} tokens")
+    routing = _resolve_routing(routing, cfg, batch * prompt_len)
+    lm = LaunchModel.for_mode(launch, prof)
+    t_setup = time.perf_counter()
+
+    samples = _sample_steps(decode_steps, decode_samples)
+    scenarios: list[tuple[str, int | None, int, int]] = [("prefill", None, prompt_len, 0)]
+    scenarios += [("decode", s, 1, kv0 + s) for s in samples]
+    plans: list[KernelPlan] = []
+    for _phase, _step, q, past in scenarios:
+        cap = capture_model(module, batch, q, past)
+        plans.append(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"))
+    t_plan = time.perf_counter()
+
+    distinct = {c.key(): c for p in plans for c in p.calls}
+    todo = [c for c in distinct.values() if not is_memoised(c, prof, max_sim_events)]
+    for c in _progress(todo, progress, f"simulating {len(todo)} kernels on {prof.name}"):
+        simulate_call(c, prof, max_events=max_sim_events)
+    sims = [[simulate_call(c, prof, max_events=max_sim_events) for c in p.calls] for p in plans]
+    t_sim = time.perf_counter()
+
+    placed = [lm.place(s) for s in sims]
+    ttft = placed[0][1]
+    step_s = _interpolate(samples, [pl[1] for pl in placed[1:]], decode_steps)
+    weights = _weights(samples, decode_steps)
+    step_start = [ttft + float(np.sum(step_s[:s])) for s in samples]
+    clock = prof.clock_hz_value
+    records: list[KernelRecord] = []
+    for i, ((phase, step, _q, past), plan, sim, (pos, _end)) in enumerate(zip(scenarios, plans, sims, placed,
+                                                                             strict=True)):
+        base = 0.0 if phase == "prefill" else step_start[i - 1]
+        w = 1.0 if phase == "prefill" else weights[i - 1]
+        kv = past + _q
+        records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
+                    for j, (c, s, (st, gap)) in enumerate(zip(plan.calls, sim, pos, strict=True))]
+
+    weight_bytes = _weight_bytes(module)
+    floors = [(weight_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
+    warnings = _memory_warning(name, prof, weight_bytes, plans)
+    n_fb = sum(1 for s in {c.key(): s for p, ss in zip(plans, sims, strict=True) for c, s in zip(p.calls, ss,
+                                                                                                 strict=True)}.values()
+               if s.fallback)
+    assumptions = (
+        lm.describe(),
+        f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
+        "contiguous KV cache in the model's dtype",
+        f"decode steps {list(samples)} simulated, the others interpolated linearly in KV length",
+        f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template or over the "
+        f"{max_sim_events}-event budget)",
+        "HBM floor uses the profile's sustained bandwidth "
+        f"({prof.dram_bytes_per_s_value / 1e12:.2f} TB/s, {prof.dram_bytes_per_s.kind})",
+    )
+    stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo), "fallback_kernels": n_fb,
+             "proofs": list(plans[0].proofs), "weight_bytes": weight_bytes}
+    timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
+               "total": time.perf_counter() - t0}
+    return Prediction(model=name, hw=prof.name, preset=preset.value, launch=launch, batch=batch,
+                      prompt_len=prompt_len, decode_steps=decode_steps, kv_len=kv0, ttft_s=ttft,
+                      decode_step_s=tuple(float(x) for x in step_s), sampled_steps=tuple(samples),
+                      kernels=tuple(records), hbm_floor_s=tuple(floors), assumptions=assumptions,
+                      warnings=tuple(warnings), timings_s=timings, stats=stats)
+
+
+def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, order: int, start_s: float,
+            gap_s: float, clock: float, weight: float) -> KernelRecord:
+    return KernelRecord(
+        name=c.name, kind=c.kind.value, template=s.template, config=s.config,
+        shapes=",".join(f"{k}={v}" for k, v in c.params if k not in ("op", "roofline")), params=c.params,
+        dtype=c.dtype.name.lower(), phase=phase, decode_step=step, kv_len=kv, layer=c.layer, stream=c.stream,
+        order=order, start_cycles=int(round(start_s * clock)), duration_cycles=s.cycles, start_us=start_s * 1e6,
+        duration_us=s.time_s * 1e6, gap_us=gap_s * 1e6, flops=s.flops, dram_bytes=s.dram_bytes,
+        l2_hit_rate=s.l2_hit_rate, unit_util=s.unit_util, stalls=s.stalls, bound=s.bound,
+        module_path=c.module_path, source=c.source, fallback=s.fallback, method=s.method, weight=weight)
+
+
+def _require_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _profile(hw: Any) -> Any:
+    if isinstance(hw, str):
+        from torchsim.hwmodels import get_profile
+
+        return get_profile(hw)  # KeyError listing the known profiles
+    return hw
+
+
+@lru_cache(maxsize=4)
+def _build(cfg: Any, dtype: str) -> Any:
+    import torch
+
+    from torchsim.models.registry import build_model
+
+    model = build_model(cfg)
+    return model.to(torch.float16) if dtype.lower() in ("fp16", "float16") else model
+
+
+def _resolve_model(model: Any, dtype: str) -> tuple[str, Any, Any]:
+    from torch import nn
+
+    from torchsim.models.registry import get_config
+
+    if isinstance(model, nn.Module):
+        cfg = getattr(model, "config", None) or getattr(model, "cfg", None)
+        return str(getattr(cfg, "name", type(model).__name__)), cfg, model
+    cfg = get_config(model) if isinstance(model, (str, Path)) else model
+    return str(getattr(cfg, "name", model)), cfg, _build(cfg, dtype)
+
+
+def _context(cfg: Any) -> int:
+    for attr in ("max_context", "max_position_embeddings", "max_seq_len"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return 0
+
+
+def _resolve_routing(routing: Any, cfg: Any, tokens: int) -> Any:
+    """A routing spec (pattern name or file path) becomes RoutingCounts for the model; objects pass through."""
+    if routing is None or not isinstance(routing, (str, Path)):
+        return routing
+    experts = getattr(cfg, "experts", None) or getattr(cfg, "num_local_experts", None)
+    if not experts:
+        raise ValueError(f"routing {str(routing)!r} given, but model {getattr(cfg, 'name', cfg)!r} has no MoE "
+                         "layers; routing applies to Mixtral-family models")
+    from torchsim.models.routing import resolve_routing
+
+    layers = getattr(cfg, "layers", None) or cfg.num_hidden_layers
+    top_k = getattr(cfg, "top_k", None) or cfg.num_experts_per_tok
+    return resolve_routing(routing, num_layers=layers, num_experts=experts, top_k=top_k, tokens=tokens)
+
+
+def _sample_steps(steps: int, samples: int) -> list[int]:
+    if steps <= samples:
+        return list(range(steps))
+    return sorted({int(round(x)) for x in np.linspace(0, steps - 1, samples)})
+
+
+def _interpolate(samples: Sequence[int], times: Sequence[float], steps: int) -> np.ndarray:
+    if not steps:
+        return np.zeros(0)
+    return np.interp(np.arange(steps), np.asarray(samples, dtype=float), np.asarray(times, dtype=float))
+
+
+def _weights(samples: Sequence[int], steps: int) -> list[float]:
+    """Decode steps each simulated step stands for under linear interpolation (they sum to `steps`)."""
+    out = []
+    for i in range(len(samples)):
+        one_hot = np.zeros(len(samples))
+        one_hot[i] = 1.0
+        out.append(float(_interpolate(samples, one_hot.tolist(), steps).sum()))
+    return out
+
+
+def _progress(items: list[KernelCall], enabled: bool, desc: str) -> Any:
+    if not enabled or not items:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="kernel", leave=False)
+
+
+def _weight_bytes(module: Any) -> float:
+    return float(sum(p.numel() * p.element_size() for p in module.parameters()))
+
+
+def _kv_bytes(plan: KernelPlan) -> float:
+    """KV-cache bytes the step's attention kernels read."""
+    total = 0.0
+    for c in plan.calls:
+        if c.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
+            total += 2.0 * c.p("batch") * c.p("heads_kv") * c.p("seq_kv") * c.p("head_dim") * c.dtype.nbytes
+    return total
+
+
+def _memory_warning(name: str, prof: Any, weight_bytes: float, plans: Sequence[KernelPlan]) -> list[str]:
+    kv = max((_kv_bytes(p) for p in plans), default=0.0)
+    cap = float(prof.dram_bytes.value) if hasattr(prof, "dram_bytes") else 0.0
+    if cap and weight_bytes + kv > cap:
+        msg = (f"{name} needs {weight_bytes / 2**30:.1f} GiB of weights + {kv / 2**30:.1f} GiB of KV cache = "
+               f"{(weight_bytes + kv) / 2**30:.1f} GiB, more than {prof.name}'s {cap / 2**30:.1f} GiB of device "
+               "memory; the prediction assumes it fits (use more GPUs or a smaller batch/context)")
+        import warnings
+
+        warnings.warn(msg, stacklevel=3)
+        return [msg]
+    return []

@@ -1,0 +1,154 @@
+"""One kernel call -> its simulated (or estimated) time: templates + engine, memoised per call and profile.
+
+Sits between lowering (KernelCalls) and torchsim.api (which places the results on a stream). A call is built
+by `torchsim.lowering.templates.build_kernel` and run by `torchsim.sim.simulate`; calls whose tile graph is
+too large for the event budget are simulated at two smaller K and extrapolated (GEMMs), and calls without a
+template fall back to a roofline (`fallback=True`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchsim.lowering.fallback import roofline, work
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+
+DEFAULT_MAX_SIM_EVENTS = 40_000  # node executions one simulation may take (~1-2 s on one core today)
+
+
+@dataclass(frozen=True)
+class KernelSim:
+    """How long one kernel call takes on one profile, and what bound it."""
+
+    template: str
+    config: dict[str, Any]
+    cycles: int
+    time_s: float
+    flops: float
+    dram_bytes: float
+    l2_hit_rate: float
+    unit_util: dict[str, float] = field(default_factory=dict)
+    stalls: dict[str, float] = field(default_factory=dict)
+    bound: str = ""
+    fallback: bool = False
+    method: str = "simulated"  # "simulated" | "k-extrapolated" | "roofline: <why>"
+    events: int = 0  # node executions simulated
+
+
+_MEMO: dict[tuple[Any, ...], KernelSim] = {}
+
+
+def memo_key(call: KernelCall, hw: Any, max_events: int) -> tuple[Any, ...]:
+    return (call.key(), hw.name, _hw_hash(hw), max_events)
+
+
+def _hw_hash(hw: Any) -> str:
+    fn = getattr(hw, "numbers_hash", None)
+    return fn() if callable(fn) else repr(hw)
+
+
+def is_memoised(call: KernelCall, hw: Any, max_events: int = DEFAULT_MAX_SIM_EVENTS) -> bool:
+    return memo_key(call, hw, max_events) in _MEMO
+
+
+def clear_memo() -> None:
+    _MEMO.clear()
+
+
+def simulate_call(call: KernelCall, hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS) -> KernelSim:
+    """Time of `call` on `hw`, simulated once per (call, profile numbers, budget) per process.
+
+    >>> from torchsim.hwmodels import get_profile
+    >>> s = simulate_call(KernelCall.make(KernelKind.RMSNORM, rows=1, hidden=4096), get_profile("h100-sxm"))
+    >>> s.fallback or s.time_s > 0
+    True
+    """
+    key = memo_key(call, hw, max_events)
+    hit = _MEMO.get(key)
+    if hit is None:
+        hit = _MEMO[key] = _simulate(call, hw, max_events)
+    return hit
+
+
+def _simulate(call: KernelCall, hw: Any, max_events: int) -> KernelSim:
+    if call.p("roofline", False):
+        return _roofline(call, hw, "op has no lowering (fallback=roofline)")
+    try:
+        from torchsim.lowering.templates import build_kernel
+    except ImportError:  # the template library is optional while it is being written
+        return _roofline(call, hw, "no template library")
+    try:
+        kg = build_kernel(call, hw)
+    except NotImplementedError:
+        return _roofline(call, hw, f"no {call.kind.value} template yet")
+    events = graph_events(kg)
+    if events <= max_events:
+        return _from_result(kg, _run(kg, hw), "simulated", events)
+    if call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
+        sim = _k_extrapolated(call, hw, kg, events, max_events)
+        if sim is not None:
+            return sim
+    return _roofline(call, hw, f"{events} node events exceed the simulation budget of {max_events}")
+
+
+def graph_events(kg: Any) -> int:
+    """Node executions a simulation of the kernel graph takes: nodes of each CTA class times its CTA count."""
+    return int(sum(c.count * c.graph.num_nodes for c in kg.classes))
+
+
+def _run(kg: Any, hw: Any) -> Any:
+    from torchsim.sim import simulate
+
+    return simulate(kg, hw)
+
+
+def _from_result(kg: Any, r: Any, method: str, events: int) -> KernelSim:
+    attrs = dict(getattr(kg, "attrs", {}) or {})
+    return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=int(r.cycles),
+                     time_s=float(r.time_s), flops=float(r.flops or kg.flops), dram_bytes=float(r.dram_bytes),
+                     l2_hit_rate=float(r.l2_hit_rate), unit_util=dict(r.unit_busy), stalls=dict(r.stalls),
+                     bound=str(r.bound), method=method, events=events)
+
+
+def _with_k(call: KernelCall, k: int) -> KernelCall:
+    return KernelCall.make(call.kind, call.dtype, name=call.name, **{**dict(call.params), "k": k})
+
+
+def _k_extrapolated(call: KernelCall, hw: Any, kg: Any, events: int, max_events: int) -> KernelSim | None:
+    """Simulate the same tiling at two shorter K and extend linearly: the main loop's cost per K step is constant.
+
+    Only used when both short kernels keep the full kernel's template configuration (tiles, stages, split).
+    """
+    from torchsim.lowering.templates import build_kernel
+
+    k = int(call.p("k"))
+    step = int(kg.attrs.get("bk", 64)) * int(kg.attrs.get("split_k", 1)) * int(kg.attrs.get("stages", 1))
+    k2 = int(k * max_events / (1.5 * events)) // step * step
+    k1 = k2 // 2 // step * step
+    if k1 < step or k2 <= k1:
+        return None
+    same = {key: v for key, v in kg.attrs.items() if key != "k"}
+    graphs = [build_kernel(_with_k(call, kk), hw) for kk in (k1, k2)]
+    if any({key: v for key, v in g.attrs.items() if key != "k"} != same for g in graphs):
+        return None
+    r1, r2 = (_run(g, hw) for g in graphs)
+    per_k = (r2.cycles - r1.cycles) / (k2 - k1)
+    cycles = int(round(r2.cycles + per_k * (k - k2)))
+    bytes_per_k = (r2.dram_bytes - r1.dram_bytes) / (k2 - k1)
+    flops, _, _ = work(call)
+    attrs = dict(kg.attrs)
+    return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=cycles,
+                     time_s=cycles / float(r2.clock_hz), flops=flops,
+                     dram_bytes=float(r2.dram_bytes + bytes_per_k * (k - k2)), l2_hit_rate=float(r2.l2_hit_rate),
+                     unit_util=dict(r2.unit_busy), stalls={s: v * k / k2 for s, v in r2.stalls.items()},
+                     bound=str(r2.bound), method=f"k-extrapolated from k={k1},{k2}",
+                     events=graph_events(graphs[0]) + graph_events(graphs[1]))
+
+
+def _roofline(call: KernelCall, hw: Any, why: str) -> KernelSim:
+    r = roofline(call, hw)
+    clock = float(getattr(hw, "clock_hz_value", 1e9))
+    return KernelSim(template="roofline", config={}, cycles=int(round(r.time_s * clock)), time_s=r.time_s,
+                     flops=r.flops, dram_bytes=r.dram_bytes, l2_hit_rate=0.0, bound=r.bound, fallback=True,
+                     method=f"roofline: {why}")

@@ -1,0 +1,243 @@
+"""Capture: a PyTorch model on the meta device -> OpGraphs of ATen ops with shapes, dtypes and origins.
+
+First stage of lowering (capture -> plan -> templates). A model is captured in segments (head, decoder
+layers, tail; `capture_segments` on the model). Layers with the same structure are exported once: identity
+is proved from the modules' classes, parameter shapes and plain attributes, and by exporting the first and
+the last layer of each group and comparing their op signatures.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchsim.lowering.opgraph import OpGraph, OpNode, TensorSpec, spec_of
+
+_SKIP = {torch.ops.aten._assert_tensor_metadata.default}
+_TORCH_DIR = str(Path(torch.__file__).parent)
+# Plain attributes that index a layer rather than describe it (HF keeps `layer_idx` on attention modules).
+_INDEX_ATTRS = frozenset({"layer_idx", "layer_id", "layer_index", "layer_number"})
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+class CaptureError(RuntimeError):
+    """torch.export failed on a segment; the message names the segment and its module class."""
+
+
+@dataclass(frozen=True)
+class SegmentCapture:
+    """One segment of one step: its module path, layer, op graph and which segment's export it reuses."""
+
+    path: str
+    layer: int | None
+    graph: OpGraph
+    reused_from: str  # path of the segment whose export this is ("" = exported itself)
+
+
+@dataclass(frozen=True)
+class ModelCapture:
+    """A whole forward step, captured: segments in execution order plus how layer reuse was justified."""
+
+    batch: int
+    q_len: int
+    past_len: int
+    segments: tuple[SegmentCapture, ...]
+    proofs: tuple[str, ...]
+    exports: int  # torch.export calls this capture made (0 when every segment came from the memo)
+    seconds: float
+
+    @property
+    def phase(self) -> str:
+        return "decode" if self.q_len == 1 and self.past_len > 0 else "prefill"
+
+    def num_ops(self) -> int:
+        return sum(len(s.graph.nodes) for s in self.segments)
+
+
+def capture_module(module: nn.Module, args: tuple[Any, ...], *, name: str = "") -> OpGraph:
+    """Export `module(*args)` (meta tensors) with torch.export and convert it to an OpGraph.
+
+    >>> lin = torch.nn.Linear(8, 4, device="meta")
+    >>> g = capture_module(lin, (torch.empty(2, 8, device="meta"),))
+    >>> [(n.target.__name__, n.out[0].shape) for n in g.nodes]
+    [('linear.default', (2, 4))]
+    """
+    label = name or type(module).__name__
+    try:
+        ep = torch.export.export(module, args)
+    except Exception as exc:  # torch raises many types; name the segment and keep the cause
+        raise CaptureError(f"torch.export of {label} ({type(module).__qualname__}) failed: "
+                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    return _to_opgraph(ep, label)
+
+
+def _to_opgraph(ep: Any, label: str) -> OpGraph:
+    sig = ep.graph_signature
+    params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    nodes: list[OpNode] = []
+    inputs: list[str] = []
+    outputs: tuple[str, ...] = ()
+    for n in ep.graph.nodes:
+        if n.op == "placeholder":
+            if n.name not in params:
+                inputs.append(n.name)
+            continue
+        if n.op == "output":
+            outputs = tuple(a.name for a in _flat(n.args) if isinstance(a, torch.fx.Node))
+            continue
+        if n.op != "call_function" or n.target in _SKIP:
+            continue
+        tensor_args = [a for a in _flat((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)]
+        scalars = tuple((i, _freeze(a)) for i, a in enumerate(n.args) if not _has_node(a))
+        scalars += tuple((k, _freeze(v)) for k, v in sorted(n.kwargs.items()) if not _has_node(v))
+        val = n.meta.get("val")
+        outs = tuple(spec_of(v) for v in (val if isinstance(val, (tuple, list)) else (val,))
+                     if isinstance(v, torch.Tensor))
+        stack = list(n.meta.get("nn_module_stack", {}).values())
+        path, mtype = (stack[-1][0], stack[-1][1]) if stack else ("", "")
+        source, code = _source_of(n.meta.get("stack_trace") or "")
+        nodes.append(OpNode(
+            name=n.name, target=n.target, inputs=tuple(params.get(a.name, a.name) for a in tensor_args),
+            in_specs=tuple(spec_of(a.meta.get("val")) for a in tensor_args), out=outs, scalars=scalars,
+            module_path=_clean_path(path), module_type=str(mtype).rsplit(".", 1)[-1], source=source, code=code))
+    return OpGraph(nodes=tuple(nodes), inputs=tuple(inputs), outputs=outputs, params=frozenset(params.values()),
+                   label=label)
+
+
+def _flat(obj: Any) -> list[Any]:
+    if isinstance(obj, (list, tuple)):
+        return [x for o in obj for x in _flat(o)]
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _flat(v)]
+    return [obj]
+
+
+def _has_node(obj: Any) -> bool:
+    return any(isinstance(x, torch.fx.Node) for x in _flat(obj))
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, torch.dtype):
+        return str(v).replace("torch.", "")
+    if isinstance(v, (int, float, bool, str)) or v is None:
+        return v
+    return repr(v)
+
+
+def _clean_path(path: str) -> str:
+    # torch.export names nested modules "L__self__.a.b" in keys but gives plain paths in values; be safe.
+    return re.sub(r"^L__self__\.?", "", path)
+
+
+def _source_of(stack_trace: str) -> tuple[str, str]:
+    """`file.py:line` and the code text of the innermost frame outside torch itself."""
+    frames = _FRAME.findall(stack_trace)
+    for file, line, _fn, code in reversed(frames):
+        if not file.startswith(_TORCH_DIR):
+            return f"{file.rsplit('/', 1)[-1]}:{line}", code.strip()
+    return "", ""
+
+
+# ---- structural identity and the segment memo ----------------------------------------------------------------
+
+
+def structure_signature(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What determines a segment's captured graph: classes, parameter/buffer shapes, plain attributes, inputs."""
+    mods = []
+    for path, m in module.named_modules():
+        attrs = tuple(sorted((k, v) for k, v in vars(m).items() if not k.startswith("_") and k != "training"
+                             and k not in _INDEX_ATTRS and isinstance(v, (int, float, bool, str, type(None)))))
+        mods.append((path, type(m).__qualname__, type(m).__module__, attrs))
+    tensors = tuple((k, tuple(t.shape), str(t.dtype)) for k, t in
+                    list(module.named_parameters()) + list(module.named_buffers()))
+    arg_specs = tuple(spec_of(a) if isinstance(a, torch.Tensor) else _freeze(a) for a in _flat(args))
+    return (tuple(mods), tensors, arg_specs)
+
+
+_MEMO: OrderedDict[tuple[Any, ...], tuple[OpGraph, str]] = OrderedDict()
+_MEMO_SIZE = 64
+
+
+def clear_memo() -> None:
+    _MEMO.clear()
+
+
+def capture_model(model: Any, batch: int, q_len: int, past_len: int, *, reuse: bool = True) -> ModelCapture:
+    """Capture one forward step of `q_len` new tokens after `past_len` cached ones, for `batch` sequences.
+
+    `model.capture_segments(batch, q_len, past_len)` lists (path, module, args); segments of equal
+    `structure_signature` share one export once the first and last of them export to the same op signature.
+    """
+    if not hasattr(model, "capture_segments"):
+        raise TypeError(f"model {type(model).__qualname__} has no capture_segments(batch, q_len, past_len); "
+                        "torchsim captures a model as segments (head, layers, tail): see "
+                        "torchsim.models.llama.LlamaForCausalLM.capture_segments")
+    t0 = time.perf_counter()
+    segs = model.capture_segments(batch, q_len, past_len)
+    groups: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
+    for i, (_path, module, args) in enumerate(segs):
+        groups.setdefault(structure_signature(module, args), []).append(i)
+    graphs: dict[int, tuple[OpGraph, str]] = {}
+    proofs: list[str] = []
+    exports = 0
+    for key, members in groups.items():
+        first_path, first_mod, first_args = segs[members[0]]
+        if reuse and key in _MEMO:
+            _MEMO.move_to_end(key)
+            graph, proof = _MEMO[key]
+        else:
+            graph = capture_module(first_mod, first_args, name=first_path)
+            exports += 1
+            proof = ""
+            if len(members) > 1 and reuse:
+                last_path, last_mod, last_args = segs[members[-1]]
+                other = capture_module(last_mod, last_args, name=last_path)
+                exports += 1
+                if other.signature() != graph.signature():
+                    reuse_ok = False
+                    proof = f"{first_path} and {last_path} have equal structure but different op graphs"
+                else:
+                    reuse_ok = True
+                    proof = (f"same classes, {len(key[1])} parameter/buffer shapes and inputs; "
+                             f"{first_path} and {last_path} export to the same {len(graph.nodes)} ops")
+                if not reuse_ok:
+                    raise CaptureError(f"segments {first_path} .. {last_path}: {proof}; capture with reuse=False")
+            if reuse:
+                _MEMO[key] = (graph, proof)
+                while len(_MEMO) > _MEMO_SIZE:
+                    _MEMO.popitem(last=False)
+        if len(members) > 1:
+            if not reuse:
+                for j in members[1:]:
+                    path_j, mod_j, args_j = segs[j]
+                    graphs[j] = (capture_module(mod_j, args_j, name=path_j), "")
+                    exports += 1
+            names = [segs[j][0] for j in members]
+            proofs.append(f"{names[0]} .. {names[-1]} ({len(members)} segments) reuse one export: {proof}")
+        for j in members:
+            graphs.setdefault(j, (graph, "" if j == members[0] else first_path))
+    out = []
+    for i, (path, _m, _a) in enumerate(segs):
+        g, src = graphs[i]
+        layer = _layer_of(path)
+        out.append(SegmentCapture(path=path, layer=layer, graph=g, reused_from=src))
+    return ModelCapture(batch=batch, q_len=q_len, past_len=past_len, segments=tuple(out), proofs=tuple(proofs),
+                        exports=exports, seconds=time.perf_counter() - t0)
+
+
+def _layer_of(path: str) -> int | None:
+    m = re.search(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)(?:\.|$)", path)
+    return int(m.group(1)) if m else None
+
+
+__all__ = ["CaptureError", "ModelCapture", "OpGraph", "OpNode", "SegmentCapture", "TensorSpec", "capture_model",
+           "capture_module", "clear_memo", "structure_signature"]

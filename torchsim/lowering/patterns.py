@@ -1,0 +1,330 @@
+"""Fusion patterns: which groups of ATen ops a serving runtime runs as one kernel, as data.
+
+Used by lowering.plan before the per-op lowerings: a preset is a list of (pattern, builder) pairs, tried in
+order; a pattern finds matches among ops no earlier pattern claimed, the builder turns a match into kernel
+calls. Views never belong to a match: they are free and are looked through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.lowerings import LOWERINGS, PlanContext, elementwise_call, is_view
+from torchsim.lowering.opgraph import OpGraph, OpNode
+
+aten = torch.ops.aten
+_CASTS = frozenset({aten.to.dtype, aten._to_copy.default, aten.to.dtype_layout, aten.type_as.default})
+_ADD = frozenset({aten.add.Tensor})
+_MUL = frozenset({aten.mul.Tensor})
+_SDPA = aten.scaled_dot_product_attention.default
+
+
+@dataclass(frozen=True)
+class Match:
+    """Ops a pattern claimed (graph order) and, for multi-part patterns, the named parts builders read."""
+
+    nodes: tuple[OpNode, ...]
+    parts: tuple[tuple[str, OpNode], ...] = ()
+
+    def part(self, name: str) -> list[OpNode]:
+        return [n for k, n in self.parts if k == name]
+
+
+class Pattern:
+    """Finds matches among the unclaimed ops of a graph (`taken` holds claimed node names)."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        raise NotImplementedError
+
+
+Builder = Callable[[Match, OpGraph, PlanContext], list[KernelCall]]
+
+
+# ---- graph helpers ---------------------------------------------------------------------------------------------
+
+
+def through_views(g: OpGraph, name: str) -> str:
+    """The value a (chain of) view(s) reads: producer names are followed back while the producer is a view."""
+    n = g.producer(name)
+    while n is not None and is_view(n) and n.inputs:
+        name = n.inputs[0]
+        n = g.producer(name)
+    return name
+
+
+def users_through_views(g: OpGraph, name: str) -> list[OpNode]:
+    """Non-view consumers of a value, looking through views."""
+    out: list[OpNode] = []
+    for u in g.users(name):
+        if u == "<output>":
+            continue
+        node = g.node(u)
+        out.extend(users_through_views(g, u) if is_view(node) else [node])
+    return out
+
+
+def escapes(g: OpGraph, node: OpNode, inside: set[str]) -> bool:
+    """True when the node's value is read outside the match (or is a graph output)."""
+    stack = [node.name]
+    while stack:
+        name = stack.pop()
+        for u in g.users(name):
+            if u == "<output>":
+                return True
+            un = g.node(u)
+            if is_view(un):
+                stack.append(u)
+            elif u not in inside:
+                return True
+    return False
+
+
+# ---- pattern kinds ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    targets: frozenset[object]
+    optional: bool = False
+    may_escape: bool = False  # the value may also be read outside the match (e.g. a residual sum)
+    where: Callable[[OpNode], bool] | None = None
+
+    def accepts(self, n: OpNode) -> bool:
+        return n.target in self.targets and (self.where is None or self.where(n))
+
+
+@dataclass(frozen=True)
+class Chain(Pattern):
+    """A producer -> consumer chain of ops (views looked through); inner values may not escape the chain."""
+
+    steps: tuple[Step, ...]
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        for n in g.nodes:
+            if n.name in taken or is_view(n):
+                continue
+            found = self._from(g, n, 0, taken)
+            if not found:
+                continue
+            nodes = [x for x, _ in found]
+            inside = {x.name for x in nodes}
+            if any(escapes(g, x, inside) for x, i in found[:-1] if not self.steps[i].may_escape):
+                continue
+            taken |= inside
+            yield Match(tuple(nodes))
+
+    def _from(self, g: OpGraph, n: OpNode, i: int, taken: set[str]) -> list[tuple[OpNode, int]] | None:
+        """(node, step index) pairs of the chain starting with `n` at step `i`, or None."""
+        last = len(self.steps) - 1
+        step = self.steps[i]
+        if n.name not in taken and step.accepts(n):
+            if i == last:
+                return [(n, i)]
+            for u in users_through_views(g, n.name):
+                rest = self._from(g, u, i + 1, taken)
+                if rest:
+                    return [(n, i), *rest]
+            if all(s.optional for s in self.steps[i + 1:]):
+                return [(n, i)]
+        if step.optional and i < last:
+            return self._from(g, n, i + 1, taken)
+        return None
+
+
+@dataclass(frozen=True)
+class Siblings(Pattern):
+    """Ops of one target reading the same value as their first input (QKV, gate/up): horizontal fusion."""
+
+    targets: frozenset[object]
+    min_count: int = 2
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        groups: dict[str, list[OpNode]] = {}
+        for n in g.nodes:
+            if n.target in self.targets and n.name not in taken and len(n.inputs) == 2:
+                groups.setdefault(through_views(g, n.inputs[0]), []).append(n)
+        for members in groups.values():
+            ks = {m.in_specs[1].shape[-1] for m in members}
+            if len(members) >= self.min_count and len(ks) == 1:
+                taken |= {m.name for m in members}
+                yield Match(tuple(members))
+
+
+@dataclass(frozen=True)
+class RotateHalfRope(Pattern):
+    """`x * cos + cat(-x2, x1) * sin` for every tensor rotated with the same cos table: one RoPE kernel."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        by_table: dict[str, list[tuple[str, OpNode]]] = {}
+        for add in g.nodes:
+            if add.target not in _ADD or add.name in taken or len(add.inputs) != 2:
+                continue
+            found = self._one(g, add)
+            if found and not any(n.name in taken for _, n in found):
+                cos = through_views(g, next(n for k, n in found if k == "mul_cos").inputs[1])
+                by_table.setdefault(cos, []).extend(found)
+        for parts in by_table.values():
+            nodes = tuple(sorted({n for _, n in parts}, key=lambda n: g.index(n.name)))
+            inside = {n.name for n in nodes}
+            if any(escapes(g, n, inside) for k, n in parts if k != "add"):
+                continue
+            taken |= inside
+            yield Match(nodes, tuple(parts))
+
+    @staticmethod
+    def _one(g: OpGraph, add: OpNode) -> list[tuple[str, OpNode]] | None:
+        a, b = (g.producer(through_views(g, x)) for x in add.inputs)
+        for mul_cos, mul_sin in ((a, b), (b, a)):
+            if mul_cos is None or mul_sin is None or mul_cos.target not in _MUL or mul_sin.target not in _MUL:
+                continue
+            cat = g.producer(through_views(g, mul_sin.inputs[0]))
+            if cat is None or cat.target is not aten.cat.default or len(cat.inputs) != 2:
+                continue
+            neg = g.producer(cat.inputs[0])
+            if neg is None or neg.target is not aten.neg.default:
+                continue
+            x = through_views(g, mul_cos.inputs[0])
+            if through_views(g, neg.inputs[0]) != x or through_views(g, cat.inputs[1]) != x:
+                continue
+            return [("x", mul_cos), ("mul_cos", mul_cos), ("mul_sin", mul_sin), ("cat", cat), ("neg", neg),
+                    ("add", add)]
+        return None
+
+
+@dataclass(frozen=True)
+class KvCacheAppend(Pattern):
+    """`cat([cache, new], seq_dim)` of the K and V caches feeding one attention: a paged-cache write."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        by_attn: dict[str, list[OpNode]] = {}
+        for n in g.nodes:
+            if n.target is aten.cat.default and n.name not in taken and len(n.inputs) == 2 and n.inputs[0] in g.inputs:
+                attn = [u for u in users_through_views(g, n.name) if u.target is _SDPA]
+                if attn:
+                    by_attn.setdefault(attn[0].name, []).append(n)
+        for cats in by_attn.values():
+            taken |= {c.name for c in cats}
+            yield Match(tuple(cats))
+
+
+@dataclass(frozen=True)
+class ModuleScope(Pattern):
+    """Every op inside modules of the given class names (e.g. rotary tables a fused RoPE kernel reads itself)."""
+
+    module_types: frozenset[str]
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        nodes = tuple(n for n in g.nodes if n.module_type in self.module_types and n.name not in taken)
+        if nodes:
+            taken |= {n.name for n in nodes}
+            yield Match(nodes)
+
+
+# ---- builders ----------------------------------------------------------------------------------------------------
+
+
+def _rows_hidden(n: OpNode) -> tuple[int, int]:
+    s = n.out[0]
+    return s.numel // s.shape[-1], s.shape[-1]
+
+
+def build_rmsnorm(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    rows, hidden = _rows_hidden(m.nodes[-1])
+    return [ctx.call(KernelKind.RMSNORM, m.nodes, m.nodes[-1].out[0].dtype, rows=rows, hidden=hidden)]
+
+
+def build_add_rmsnorm(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    rows, hidden = _rows_hidden(m.nodes[-1])
+    return [ctx.call(KernelKind.ADD_RMSNORM, m.nodes, m.nodes[-1].out[0].dtype, path_nodes=m.nodes[1:], rows=rows,
+                     hidden=hidden)]
+
+
+def build_fused_gemm(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    x, k = m.nodes[0].in_specs[0], m.nodes[0].in_specs[1].shape[-1]
+    n = sum(node.in_specs[1].shape[0] for node in m.nodes)
+    leaves = "+".join(node.module_path.rsplit(".", 1)[-1] for node in m.nodes)
+    call = ctx.call(KernelKind.GEMM, m.nodes, x.dtype, m=x.numel // k, n=n, k=k, epilogue="none")
+    name = f"{call.module_path}.{leaves}" if call.module_path else leaves
+    return [KernelCall.make(call.kind, call.dtype, name=name, module_path=call.module_path, source=call.source,
+                            fx_nodes=call.fx_nodes, **dict(call.params))]
+
+
+def build_rope(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    heads: list[int] = []
+    tokens, dim = 0, 0
+    for x in m.part("x"):
+        xs, cs = x.in_specs[0], x.in_specs[1]
+        dim = xs.shape[-1]
+        bdims = [i for i in range(len(xs.shape) - 1) if i < len(cs.shape) and cs.shape[i] == 1 and xs.shape[i] > 1]
+        h = xs.shape[bdims[-1]] if bdims and bdims[-1] > 0 else xs.shape[1]
+        heads.append(h)
+        tokens = xs.numel // (h * dim)
+    heads.sort(reverse=True)
+    return [ctx.call(KernelKind.ROPE, m.nodes, m.nodes[-1].out[0].dtype, label="rope", tokens=tokens,
+                     heads_q=heads[0], heads_kv=sum(heads[1:]), head_dim=dim)]
+
+
+def build_kv_write(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    new = sum(c.in_specs[1].numel for c in m.nodes)
+    call = elementwise_call(ctx, m.nodes, "kv_cache_write", label="kv_cache_write")
+    return [KernelCall.make(call.kind, call.dtype, name=call.name, module_path=call.module_path, source=call.source,
+                            fx_nodes=call.fx_nodes, numel=new, inputs=1, outputs=1, op="kv_cache_write")]
+
+
+def build_silu_mul(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    rows, hidden = _rows_hidden(m.nodes[-1])
+    return [ctx.call(KernelKind.SILU_MUL, m.nodes, m.nodes[-1].out[0].dtype, label="silu_mul", rows=rows,
+                     hidden=hidden)]
+
+
+def build_sampling(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    a = m.nodes[0].in_specs[0]
+    vocab = a.shape[-1]
+    return [ctx.call(KernelKind.ARGMAX, m.nodes, a.dtype, label="sample_argmax", rows=a.numel // vocab, vocab=vocab)]
+
+
+def build_attention(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    return LOWERINGS[aten.scaled_dot_product_attention.default](m.nodes[0], ctx)
+
+
+def build_nothing(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    return []
+
+
+# ---- presets -----------------------------------------------------------------------------------------------------
+
+
+def _full_binary(n: OpNode) -> bool:
+    return len(n.in_specs) == 2 and n.in_specs[0].shape == n.in_specs[1].shape
+
+
+def _square(n: OpNode) -> bool:
+    return n.scalar(1) == 2
+
+
+RMSNORM_STEPS = (Step(_CASTS, optional=True), Step(frozenset({aten.pow.Tensor_Scalar}), where=_square),
+                 Step(frozenset({aten.mean.dim})), Step(frozenset({aten.add.Tensor, aten.add.Scalar})),
+                 Step(frozenset({aten.rsqrt.default})), Step(_MUL), Step(_CASTS, optional=True), Step(_MUL))
+ADD_RMSNORM_STEPS = (Step(_ADD, may_escape=True, where=_full_binary), *RMSNORM_STEPS)
+
+Patterns = Sequence[tuple[Pattern, Builder]]
+
+EAGER: Patterns = ()
+SERVING: Patterns = (
+    (ModuleScope(frozenset({"RotaryEmbedding", "LlamaRotaryEmbedding", "MixtralRotaryEmbedding"})), build_nothing),
+    (Siblings(frozenset({aten.linear.default})), build_fused_gemm),
+    (Chain(ADD_RMSNORM_STEPS), build_add_rmsnorm),
+    (Chain(RMSNORM_STEPS), build_rmsnorm),
+    (RotateHalfRope(), build_rope),
+    (KvCacheAppend(), build_kv_write),
+    (Chain((Step(frozenset({aten.scaled_dot_product_attention.default})),
+            Step(frozenset({aten.reshape.default, aten.contiguous.default, aten.clone.default}), optional=True))),
+     build_attention),
+    (Chain((Step(frozenset({aten.silu.default})), Step(_MUL))), build_silu_mul),
+    (Chain((Step(_CASTS, optional=True), Step(frozenset({aten.argmax.default})))), build_sampling),
+)
+PRESETS: dict[str, Patterns] = {"eager": EAGER, "serving": SERVING}

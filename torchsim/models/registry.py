@@ -1,0 +1,134 @@
+"""Named model configurations and the loader for HF `config.json` files: what `torchsim predict NAME` resolves.
+
+Sits before capture: a name (or a config path) becomes a config, and the config builds a model on the meta
+device. Other model families add themselves with `register_model` / `register_family` (e.g. Mixtral).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
+
+_MODELS: dict[str, Callable[[], Any]] = {}
+_FAMILIES: dict[str, Callable[[dict[str, Any], str], Any]] = {}
+# Modules that register more names when imported (absent ones are skipped).
+_PLUGIN_MODULES = ("torchsim.models.mixtral",)
+_BUILDERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_model(name: str, make_config: Callable[[], Any]) -> None:
+    """Make `name` resolvable by `get_config`; a name registered twice is an error."""
+    key = name.lower()
+    if key in _MODELS:
+        raise ValueError(f"model name {name!r} is already registered")
+    _MODELS[key] = make_config
+
+
+def register_family(model_type: str, from_dict: Callable[[dict[str, Any], str], Any]) -> None:
+    """Map an HF `config.json` `model_type` to a config constructor `from_dict(data, name)`."""
+    if model_type in _FAMILIES:
+        raise ValueError(f"model family {model_type!r} is already registered")
+    _FAMILIES[model_type] = from_dict
+
+
+def register_builder(config_type: type, build: Callable[[Any], Any]) -> None:
+    """`build(config)` returns the model for configs of `config_type`, on the current default device."""
+    _BUILDERS[config_type] = build
+
+
+def build_model(config: Any, device: str = "meta") -> Any:
+    """The nn.Module for a config (or a registered name), built on `device` (meta: no weights allocated)."""
+    import torch
+
+    cfg = get_config(config) if isinstance(config, (str, Path)) else config
+    _load_plugins()
+    build = _BUILDERS.get(type(cfg))
+    if build is None:
+        known = ", ".join(t.__name__ for t in _BUILDERS)
+        raise TypeError(f"no model builder for config type {type(cfg).__name__}; known: {known}")
+    with torch.device(device):
+        return build(cfg)
+
+
+def _load_plugins() -> None:
+    for mod in _PLUGIN_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:  # the module exists but something it needs is missing: say so
+                raise
+
+
+def model_names() -> list[str]:
+    _load_plugins()
+    return sorted(_MODELS)
+
+
+def get_config(name_or_path: str | Path) -> Any:
+    """A model config from a registered name (`llama3-8b`) or a path to an HF `config.json`.
+
+    >>> get_config("llama3-8b").num_hidden_layers
+    32
+    """
+    text = str(name_or_path)
+    if text.lower() in _MODELS:
+        return _MODELS[text.lower()]()
+    path = Path(text)
+    if path.suffix == ".json" or path.is_file() or path.is_dir():
+        return load_config_file(path)
+    _load_plugins()
+    if text.lower() in _MODELS:
+        return _MODELS[text.lower()]()
+    raise KeyError(f"unknown model {text!r}; known: {', '.join(model_names())} (or a path to an HF config.json)")
+
+
+def load_config_file(path: str | Path) -> Any:
+    """Read an HF-style `config.json` (or a directory holding one) into the matching family's config."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"model config file {str(p)!r} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"model config file {str(p)!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"model config file {str(p)!r} must hold a JSON object")
+    _load_plugins()
+    model_type = str(data.get("model_type", "llama"))
+    if model_type not in _FAMILIES:
+        raise ValueError(f"model config file {str(p)!r} has model_type {model_type!r}; supported: "
+                         f"{', '.join(sorted(_FAMILIES))}")
+    return _FAMILIES[model_type](data, p.parent.name or p.stem)
+
+
+def _llama(name: str, **kw: Any) -> Callable[[], LlamaConfig]:
+    return lambda: LlamaConfig(name=name, **kw)
+
+
+_LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                  num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5)
+# Llama-3 model cards / HF config.json: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-8B.
+register_model("llama3-8b", _llama("llama3-8b", max_position_embeddings=8192, **_LLAMA3_8B))
+register_model("llama3.1-8b", _llama("llama3.1-8b", max_position_embeddings=131072, **_LLAMA3_8B))
+register_model("llama3-70b", _llama("llama3-70b", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                    num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
+                                    max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5))
+# Test sizes: same structure, CPU-cheap.
+register_model("llama-tiny", _llama("llama-tiny", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                    max_position_embeddings=512))
+register_model("llama-small", _llama("llama-small", hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                                     num_attention_heads=8, num_key_value_heads=2, vocab_size=1024,
+                                     max_position_embeddings=2048))
+register_builder(LlamaConfig, LlamaForCausalLM)
+for _t in ("llama", "mistral"):
+    register_family(_t, LlamaConfig.from_dict)
+
+DEFAULT_MODEL = "llama3-8b"

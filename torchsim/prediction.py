@@ -1,0 +1,155 @@
+"""Prediction records: one KernelRecord per kernel launch on the stream, and the Prediction that holds them.
+
+Produced by torchsim.api.predict (the last stage before exports); read by the CLI tables, the JSON output and
+the Parquet/Perfetto exporters (`KernelRecord.row()` is one flat row).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRecord:
+    """One kernel launch: what ran, where it came from, when it ran (start on the stream) and what bound it."""
+
+    name: str
+    kind: str
+    template: str
+    config: dict[str, Any]  # the template configuration (empty for roofline rows)
+    shapes: str  # "m=2048,n=6144,k=4096"
+    params: tuple[tuple[str, Any], ...]  # the KernelCall params, sorted
+    dtype: str
+    phase: str  # "prefill" | "decode"
+    decode_step: int | None  # index of the decode step this row was simulated for (None in prefill)
+    kv_len: int  # KV-cache length the step attends over
+    layer: int | None
+    stream: int
+    order: int  # position in its step's launch order
+    start_cycles: int
+    duration_cycles: int
+    start_us: float  # on the run's timeline: prefill starts at 0, decode step t at TTFT + steps before it
+    duration_us: float
+    gap_us: float  # idle time on the stream before this kernel (launch/host model)
+    flops: float
+    dram_bytes: float
+    l2_hit_rate: float
+    unit_util: dict[str, float]
+    stalls: dict[str, float]
+    bound: str
+    module_path: str
+    source: str
+    fallback: bool  # True: a roofline estimate, not a simulation
+    method: str  # "simulated" | "k-extrapolated" | "roofline: <why>"
+    weight: float  # decode steps this row stands for (interpolation weight); 1 in prefill
+
+    def row(self) -> dict[str, Any]:
+        """Flat dict for tables, JSON and Parquet (dicts kept as dicts)."""
+        return asdict(self)
+
+
+def _pattern(name: str) -> str:
+    return re.sub(r"(^|\.)(layers|h|blocks)\.\d+(\.|$)", r"\1\2.*\3", name)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """End-to-end prediction of one generation: TTFT, per-step decode times, throughput, every kernel."""
+
+    model: str
+    hw: str
+    preset: str
+    launch: str
+    batch: int
+    prompt_len: int
+    decode_steps: int
+    kv_len: int  # KV length at the first decode step
+    ttft_s: float
+    decode_step_s: tuple[float, ...]  # one per decode step (interpolated between simulated steps)
+    sampled_steps: tuple[int, ...]  # decode steps that were simulated
+    kernels: tuple[KernelRecord, ...]
+    hbm_floor_s: tuple[float, ...]  # per sampled decode step: (weights + KV) bytes / sustained HBM bandwidth
+    assumptions: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    timings_s: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token over the decode steps (0 without decode)."""
+        return sum(self.decode_step_s) / len(self.decode_step_s) if self.decode_step_s else 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.ttft_s + sum(self.decode_step_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens per second end to end: batch x (first token + one per decode step) / total time."""
+        return self.batch * (1 + self.decode_steps) / self.total_s
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.batch / self.tpot_s if self.tpot_s else 0.0
+
+    def step_kernels(self, phase: str, step: int | None = None) -> list[KernelRecord]:
+        if phase == "decode" and step is None and self.sampled_steps:
+            step = self.sampled_steps[0]
+        return [k for k in self.kernels if k.phase == phase and (phase == "prefill" or k.decode_step == step)]
+
+    def floor_ratio(self) -> float:
+        """Mean simulated decode step time over the HBM floor at the same steps (>= 1 expected)."""
+        sims = [self.decode_step_s[s] for s in self.sampled_steps]
+        return sum(sims) / sum(self.hbm_floor_s) if self.hbm_floor_s else 0.0
+
+    def table(self, phase: str = "prefill", step: int | None = None, top: int = 15) -> list[dict[str, Any]]:
+        """Kernels of one step grouped across layers (`layers.*`), largest total first, with share of the step."""
+        rows = self.step_kernels(phase, step)
+        total = sum(r.duration_us + r.gap_us for r in rows) or 1.0
+        groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for r in rows:
+            key = (_pattern(r.name), r.kind, r.shapes)
+            g = groups.setdefault(key, {"kernel": key[0], "kind": r.kind, "shapes": r.shapes, "count": 0,
+                                        "total_us": 0.0, "template": r.template, "bound": r.bound,
+                                        "fallback": r.fallback, "source": r.source})
+            g["count"] += 1
+            g["total_us"] += r.duration_us
+        out = sorted(groups.values(), key=lambda g: -g["total_us"])
+        for g in out:
+            g["mean_us"] = g["total_us"] / g["count"]
+            g["share"] = g["total_us"] / total
+        return out[:top] if top else out
+
+    def to_dict(self, kernels: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "model": self.model, "hw": self.hw, "preset": self.preset, "launch": self.launch, "batch": self.batch,
+            "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "kv_len": self.kv_len,
+            "ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3, "total_ms": self.total_s * 1e3,
+            "tokens_per_s": self.tokens_per_s, "decode_tokens_per_s": self.decode_tokens_per_s,
+            "decode_step_ms": [t * 1e3 for t in self.decode_step_s], "sampled_steps": list(self.sampled_steps),
+            "hbm_floor_ms": [t * 1e3 for t in self.hbm_floor_s], "decode_over_hbm_floor": self.floor_ratio(),
+            "kernels_per_prefill": len(self.step_kernels("prefill")),
+            "kernels_per_decode_step": len(self.step_kernels("decode")),
+            "fallback_kernels": sum(1 for k in self.kernels if k.fallback),
+            "assumptions": list(self.assumptions), "warnings": list(self.warnings),
+            "timings_s": dict(self.timings_s), "stats": dict(self.stats),
+        }
+        if kernels:
+            d["kernels"] = [k.row() for k in self.kernels]
+        return d
+
+    def to_json(self, kernels: bool = True) -> str:
+        return json.dumps(self.to_dict(kernels), indent=1, default=str)
+
+    def summary(self) -> str:
+        lines = [f"{self.model} on {self.hw}: batch {self.batch}, prompt {self.prompt_len}, {self.decode_steps} "
+                 f"decode steps from KV {self.kv_len} (preset {self.preset}, launch {self.launch})",
+                 f"  TTFT   {self.ttft_s * 1e3:10.3f} ms   ({len(self.step_kernels('prefill'))} kernels)"]
+        if self.decode_steps:
+            lines.append(f"  TPOT   {self.tpot_s * 1e3:10.3f} ms   ({len(self.step_kernels('decode'))} kernels/step; "
+                         f"{self.floor_ratio():.2f}x the HBM floor of weights + KV)")
+        lines.append(f"  total  {self.total_s * 1e3:10.3f} ms   {self.tokens_per_s:,.1f} tokens/s end to end")
+        return "\n".join(lines)
