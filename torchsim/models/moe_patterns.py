@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.lowerings import PlanContext, is_view
@@ -103,5 +103,6 @@ def build_combine(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
 
 def moe_serving_patterns() -> Patterns:
     """(pattern, builder) pairs to put in the serving preset (before the generic patterns)."""
-    return ((MoeStagePattern(MoeStage.ROUTER), build_router), (MoeStagePattern(MoeStage.ALIGN), build_align),
-            (MoeStagePattern(MoeStage.COMBINE), build_combine))
+    pairs = ((MoeStagePattern(MoeStage.ROUTER), build_router), (MoeStagePattern(MoeStage.ALIGN), build_align),
+             (MoeStagePattern(MoeStage.COMBINE), build_combine))
+    return cast("Patterns", pairs)  # MoeStagePattern is a Pattern by its find(); nominally it cannot import one
