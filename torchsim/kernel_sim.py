@@ -14,7 +14,7 @@ from typing import Any
 from torchsim.lowering.fallback import roofline, work
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 
-DEFAULT_MAX_SIM_EVENTS = 40_000  # node executions one simulation may take (~1-2 s on one core today)
+DEFAULT_MAX_SIM_EVENTS = 1_000_000  # node executions one simulation may take (~150k/s on one core today)
 
 
 @dataclass(frozen=True)
@@ -123,10 +123,11 @@ def _k_extrapolated(call: KernelCall, hw: Any, kg: Any, events: int, max_events:
     from torchsim.lowering.templates import build_kernel
 
     k = int(call.p("k"))
-    step = int(kg.attrs.get("bk", 64)) * int(kg.attrs.get("split_k", 1)) * int(kg.attrs.get("stages", 1))
-    k2 = int(k * max_events / (1.5 * events)) // step * step
-    k1 = k2 // 2 // step * step
-    if k1 < step or k2 <= k1:
+    step = int(kg.attrs.get("bk", 64)) * int(kg.attrs.get("split_k", 1))
+    k1_min = step * int(kg.attrs.get("stages", 2))  # the software pipeline is full after `stages` K steps
+    k2 = max(int(k * max_events / (1.5 * events)) // step * step, 2 * k1_min)
+    k1 = max(k2 // 2 // step * step, k1_min)
+    if k2 >= k or k2 <= k1 or events * (k1 + k2) / k > 4 * max_events:
         return None
     same = {key: v for key, v in kg.attrs.items() if key != "k"}
     graphs = [build_kernel(_with_k(call, kk), hw) for kk in (k1, k2)]
@@ -137,6 +138,9 @@ def _k_extrapolated(call: KernelCall, hw: Any, kg: Any, events: int, max_events:
     cycles = int(round(r2.cycles + per_k * (k - k2)))
     bytes_per_k = (r2.dram_bytes - r1.dram_bytes) / (k2 - k1)
     flops, _, _ = work(call)
+    floor = roofline(call, hw)
+    if cycles / float(r2.clock_hz) < floor.time_s - floor.latency.value:  # a kernel never beats its roofline
+        return None
     attrs = dict(kg.attrs)
     return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=cycles,
                      time_s=cycles / float(r2.clock_hz), flops=flops,

@@ -15,6 +15,7 @@ import torch
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.lowerings import LOWERINGS, PlanContext, elementwise_call, is_view
 from torchsim.lowering.opgraph import OpGraph, OpNode
+from torchsim.models.moe_patterns import moe_serving_patterns
 
 aten = torch.ops.aten
 _CASTS = frozenset({aten.to.dtype, aten._to_copy.default, aten.to.dtype_layout, aten.type_as.default})
@@ -315,6 +316,7 @@ Patterns = Sequence[tuple[Pattern, Builder]]
 
 EAGER: Patterns = ()
 SERVING: Patterns = (
+    *moe_serving_patterns(),  # router top-k, MoE align, MoE combine (torchsim.models.moe_patterns)
     (ModuleScope(frozenset({"RotaryEmbedding", "LlamaRotaryEmbedding", "MixtralRotaryEmbedding"})), build_nothing),
     (Siblings(frozenset({aten.linear.default})), build_fused_gemm),
     (Chain(ADD_RMSNORM_STEPS), build_add_rmsnorm),
