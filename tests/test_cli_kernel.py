@@ -1,0 +1,37 @@
+"""`torchsim kernel gemm`: the report, --json, and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchsim.cli import main
+
+
+def test_gemm_json_has_required_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernel", "gemm", "--m", "1024", "--n", "1024", "--k", "1024", "--hw", "h100-sxm", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("cycles", "time_us", "tflops", "bound", "waves", "unit_utilisation"):
+        assert key in d
+    assert d["cycles"] > 0 and d["time_us"] == pytest.approx(d["cycles"] / 1.83e3)
+
+
+def test_gemm_text_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernel", "gemm", "--m", "256", "--n", "512", "--k", "256", "--hw", "a100-sxm",
+                 "--variant", "sm80-multistage"]) == 0
+    out = capsys.readouterr().out
+    assert "TFLOPS" in out and "bound" in out and "waves" in out
+
+
+@pytest.mark.parametrize("bad", [["--m", "0"], ["--m", "-5"]])
+def test_nonpositive_dimension_is_a_clear_error(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["kernel", "gemm", "--n", "64", "--k", "64", *bad]
+    assert main(args) == 2
+    assert "--m must be a positive integer" in capsys.readouterr().err
+
+
+def test_variant_on_wrong_architecture(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernel", "gemm", "--m", "64", "--n", "64", "--k", "64", "--hw", "a100-sxm",
+                 "--variant", "ws-cooperative"]) == 2
+    assert "valid here: sm80-multistage" in capsys.readouterr().err

@@ -1,0 +1,34 @@
+"""Imports point one way: graph and hwmodels import nothing else of torchsim; sim never imports lowering or torch."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "torchsim"
+ALLOWED = {
+    "graph": {"torchsim.graph"},
+    "hwmodels": {"torchsim.hwmodels", "torchsim.graph"},
+    "sim": {"torchsim.sim", "torchsim.graph", "torchsim.hwmodels"},
+}
+
+
+def imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+@pytest.mark.parametrize("sub", sorted(ALLOWED))
+def test_layering(sub: str) -> None:
+    for f in (PKG / sub).rglob("*.py"):
+        for mod in imports(f):
+            if mod.startswith("torchsim"):
+                assert any(mod.startswith(a) for a in ALLOWED[sub]), f"{f.relative_to(PKG)} imports {mod}"
+            assert not mod.startswith("torch.") and mod != "torch", f"{f.relative_to(PKG)} imports torch"
