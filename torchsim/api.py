@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from torchsim.hwmodels.quantity import Quantity, assumed
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_call
+from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_call, simulate_many
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
@@ -68,11 +68,13 @@ class LaunchModel:
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
             kv_len: int | None = None, batch: int = 1, preset: str | Preset = "serving", launch: str | None = None,
             dtype: str = "bf16", routing: Any = None, fallback: str | None = None, decode_samples: int = 3,
-            max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, progress: bool = False) -> Prediction:
+            max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, workers: int | None = None,
+            progress: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
     kv_len + t + 1 tokens. `launch` defaults to CUDA graphs for `serving` and eager launches for `eager`.
+    Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large.
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
@@ -115,8 +117,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
 
     distinct = {c.key(): c for p in plans for c in p.calls}
     todo = [c for c in distinct.values() if not is_memoised(c, prof, max_sim_events)]
-    for c in _progress(todo, progress, f"simulating {len(todo)} kernels on {prof.name}"):
-        simulate_call(c, prof, max_events=max_sim_events)
+    simulate_many(list(distinct.values()), prof, max_events=max_sim_events, workers=workers, progress=progress)
     sims = [[simulate_call(c, prof, max_events=max_sim_events) for c in p.calls] for p in plans]
     t_sim = time.perf_counter()
 
@@ -252,14 +253,6 @@ def _weights(samples: Sequence[int], steps: int) -> list[float]:
         one_hot[i] = 1.0
         out.append(float(_interpolate(samples, one_hot.tolist(), steps).sum()))
     return out
-
-
-def _progress(items: list[KernelCall], enabled: bool, desc: str) -> Any:
-    if not enabled or not items:
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc=desc, unit="kernel", leave=False)
 
 
 def _weight_bytes(module: Any) -> float:

@@ -8,6 +8,10 @@ template fall back to a roofline (`fallback=True`).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +73,49 @@ def simulate_call(call: KernelCall, hw: Any, *, max_events: int = DEFAULT_MAX_SI
     if hit is None:
         hit = _MEMO[key] = _simulate(call, hw, max_events)
     return hit
+
+
+def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS,
+                  workers: int | None = None, progress: bool = False) -> list[KernelSim]:
+    """`simulate_call` for each call; distinct un-memoised calls run on `workers` forked processes.
+
+    `workers=None` picks min(4, CPUs) when the new work is large (over a TFLOP in total), else 1.
+    """
+    todo = list({c.key(): c for c in calls if not is_memoised(c, hw, max_events)}.values())
+    todo.sort(key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
+    if workers is None:
+        heavy = sum(work(c)[0] for c in todo) > 1e12
+        workers = min(4, os.cpu_count() or 1) if heavy and len(todo) > 1 else 1
+    bar = _bar(len(todo), progress, f"simulating {len(todo)} kernels on {getattr(hw, 'name', hw)}")
+    if workers > 1 and len(todo) > 1:
+        ctx = multiprocessing.get_context("fork")  # no re-import of __main__; the engine holds no threads
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_simulate, c, hw, max_events): c for c in todo}
+            for fut in as_completed(futures):
+                _MEMO[memo_key(futures[fut], hw, max_events)] = fut.result()
+                bar.update(1)
+    else:
+        for c in todo:
+            simulate_call(c, hw, max_events=max_events)
+            bar.update(1)
+    bar.close()
+    return [simulate_call(c, hw, max_events=max_events) for c in calls]
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(total: int, enabled: bool, desc: str) -> Any:
+    if not enabled or not total:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="kernel", leave=False)
 
 
 def _simulate(call: KernelCall, hw: Any, max_events: int) -> KernelSim:

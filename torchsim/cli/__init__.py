@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("hw", "kernel", "routing")
+COMMANDS = ("hw", "kernel", "routing", "predict")
 
 
 class UsageError(ValueError):

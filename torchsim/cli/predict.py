@@ -1,0 +1,89 @@
+"""`torchsim predict MODEL --hw GPU ...`: end-to-end prefill/decode prediction with the kernels that make it up.
+
+The command users come for. Calls torchsim.api.predict and prints TTFT, TPOT, tokens/s and per-kernel
+tables (or one JSON object with `--json`). MODEL is a registered name or a path to an HF `config.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from torchsim.cli import UsageError
+from torchsim.models.registry import DEFAULT_MODEL
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("predict", help="predict prefill and decode latency of a model on a GPU",
+                       description="Predict time to first token, time per output token and throughput, with the "
+                       "kernels each step launches.")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help=f"model name (see `--list`) or path to an HF config.json (default {DEFAULT_MODEL})")
+    p.add_argument("--hw", default="h100-sxm", help="hardware profile (default h100-sxm; `torchsim hw list`)")
+    p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
+    p.add_argument("--decode", type=int, default=128, help="decode steps (default 128)")
+    p.add_argument("--kv", type=int, default=None, help="KV length at the first decode step (default: --prompt)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    p.add_argument("--preset", default="serving", choices=("serving", "eager"),
+                   help="kernel fusion: serving (vLLM/TensorRT-LLM-like) or eager (one kernel per ATen op)")
+    p.add_argument("--launch", default=None, choices=("cuda-graphs", "eager"),
+                   help="launch model (default: cuda-graphs for serving, eager for eager)")
+    p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
+    p.add_argument("--fallback", default=None, choices=("roofline",),
+                   help="estimate ops without a lowering by a roofline instead of failing")
+    p.add_argument("--decode-samples", type=int, default=3, help="decode steps simulated (others interpolated)")
+    p.add_argument("--workers", type=int, default=None, help="processes simulating kernels (default: auto)")
+    p.add_argument("--top", type=int, default=12, help="rows of each kernel table (0: all)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (ttft_ms, tpot_ms, kernels, ...)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--list", action="store_true", help="list the model names and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchsim.api import predict
+    from torchsim.models.registry import model_names
+
+    if args.list:
+        print("\n".join(model_names()))
+        return 0
+    for flag in ("prompt", "batch"):
+        if getattr(args, flag) <= 0:
+            raise UsageError(f"--{flag} must be a positive integer, got {getattr(args, flag)}")
+    if args.decode < 0:
+        raise UsageError(f"--decode must be >= 0, got {args.decode}")
+    if args.kv is not None and args.kv <= 0:
+        raise UsageError(f"--kv must be a positive integer, got {args.kv}")
+    pred = predict(args.model, args.hw, prompt_len=args.prompt, decode_steps=args.decode, kv_len=args.kv,
+                   batch=args.batch, preset=args.preset, launch=args.launch, routing=args.routing,
+                   fallback=args.fallback, decode_samples=args.decode_samples, workers=args.workers,
+                   progress=not args.no_progress and not args.json and sys.stderr.isatty())
+    if args.json:
+        print(pred.to_json())
+        return 0
+    for w in pred.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(pred.summary())
+    print()
+    _print_table(pred.table("prefill", top=args.top), f"prefill ({args.prompt} tokens x {args.batch})")
+    if pred.decode_steps:
+        step = pred.sampled_steps[0]
+        _print_table(pred.table("decode", step=step, top=args.top),
+                     f"decode step {step} (KV {pred.kv_len + step + 1})")
+    print("assumptions:")
+    for a in pred.assumptions:
+        print(f"  - {a}")
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]], title: str) -> None:
+    print(f"{title}: top kernels, summed over layers")
+    print(f"  {'kernel':<42} {'kind':<17} {'n':>3} {'total us':>10} {'share':>6}  {'bound':<24} {'source':<18} shapes")
+    for r in rows:
+        flag = " *" if r["fallback"] else ""
+        print(f"  {r['kernel']:<42} {r['kind']:<17} {r['count']:>3} {r['total_us']:>10.1f} {r['share']:>6.1%}  "
+              f"{(r['bound'] + flag)[:24]:<24} {r['source'][:18]:<18} {r['shapes']}")
+    if any(r["fallback"] for r in rows):
+        print("  * roofline estimate (no template yet, or over the simulation budget)")
+    print()
