@@ -1,0 +1,247 @@
+"""Attention prefill templates: FlashAttention-2 (sm80), -3 (sm90) and -4 (sm100), one builder.
+
+`attention(shape, hw, cfg)` lays out one CTA per (batch, query head, query block), query blocks fastest so
+the CTAs sharing a K/V head run together (L2 reuse). Under causal masking CTAs visit different numbers of
+K/V blocks (fully masked blocks are skipped): each trip count is its own CTA class, longest first as
+FlashAttention-3's scheduler orders them. The CTA programs follow the published kernels' warp roles.
+
+Example:
+    >>> from torchsim.hwmodels import get_profile
+    >>> kg = attention(AttnShape(1, 8, 8, 1024, 1024, 128), get_profile("h100-sxm"))
+    >>> kg.attrs["template"], kg.num_ctas
+    ('attention/fa3', 64)
+"""
+
+from __future__ import annotations
+
+import math
+
+from torchsim.graph import CtaClass, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit, aff
+from torchsim.hwmodels.gpu import GpuProfile
+from torchsim.lowering.templates.attention_config import (
+    AttnConfig,
+    AttnShape,
+    AttnVariant,
+    check_variant,
+    default_config,
+    kv_blocks,
+)
+from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
+
+PARAMS = ("b", "h", "hk", "m")
+
+
+def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
+              variant: AttnVariant | None = None) -> KernelGraph:
+    """softmax(Q K^T) V for `shape` on `hw` with the FlashAttention generation `variant` (default: the
+    architecture's own) and its tile configuration `cfg` (default: FlashAttention's heuristic)."""
+    cfg = cfg or default_config(shape, hw, variant)
+    check_variant(cfg.variant, shape, hw)
+    mblocks = math.ceil(shape.seq_q / cfg.bm)
+    rows = [(kv_blocks(shape, cfg.bm, cfg.bn, m), (b, h, h // shape.group, m))
+            for b in range(shape.batch) for h in range(shape.heads_q) for m in range(mblocks)]
+    classes = []
+    for cr in group_ctas(rows, PARAMS, order=lambda key: -key[0]):
+        n, masked = cr.key
+        graph = write_cta(cfg, shape, n, masked)
+        classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
+                                regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
+    v = cfg.variant.value
+    return KernelGraph(
+        name=f"attention_{v}_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
+             f"_d{shape.head_dim}" + ("_causal" if shape.causal else ""),
+        classes=tuple(classes), flops=shape.flops(), dram_bytes=shape.io_bytes(),
+        attrs={"template": f"attention/{v}", "variant": v, "bm": cfg.bm, "bn": cfg.bn, "stages": cfg.stages,
+               "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
+               "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
+               "dtype": shape.dtype.name.lower(), "query_blocks": mblocks},
+    )
+
+
+def threads(cfg: AttnConfig) -> int:
+    if cfg.variant is AttnVariant.FA2:
+        return 32 * cfg.warps
+    if cfg.variant is AttnVariant.FA3:
+        return 128 * (1 + cfg.consumers)
+    return 512  # FA4: 2 softmax WGs, correction WG, MMA, load, epilogue and one idle warp
+
+
+def smem_bytes(cfg: AttnConfig, shape: AttnShape) -> int:
+    e = shape.dtype.nbytes
+    q = cfg.bm * shape.head_dim * e
+    k, v = cfg.bn * shape.head_dim * e, cfg.bn * shape.dv * e
+    if cfg.variant is AttnVariant.FA4:  # K and V tiles share one ring of `stages` slots
+        return int(q + cfg.stages * max(k, v) + 2 * 128 * shape.dv * 2)
+    vt = v if shape.dtype.is_fp8 else 0  # FA3 FP8: V transposed in shared memory by the producer
+    return int(q + cfg.stages * (k + v + vt))
+
+
+def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int) -> TileGraph:
+    """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask."""
+    b = GraphBuilder(f"attention/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/{n}blocks/{masked}masked", shape.dtype)
+    w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=cfg.variant is not AttnVariant.FA2)
+    {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4}[cfg.variant](w, cfg, n, masked)
+    return b.build()
+
+
+def _block(n: int, i: int) -> int:
+    """FlashAttention walks K/V blocks from the last (the masked ones at the diagonal) to the first."""
+    return n - 1 - i
+
+
+def _fa2(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
+    """FlashAttention-2 forward (flash_fwd_kernel.h): every warp loads with cp.async and computes; warp w owns
+    rows w*bm/warps.. of the Q tile, so softmax needs no cross-warp exchange. One K and one V buffer: V_j is
+    fetched while S = Q K_j^T runs, K_(j-1) while softmax and O += P V_j run; __syncthreads guard reuse."""
+    b = w.b
+    warps = b.group("warps", 0, cfg.warps, role="cp.async+mma.sync+softmax")
+    bm, bn, d, dv, e = cfg.bm, cfg.bn, w.head_dim, w.head_dim_v, w.dtype.nbytes
+    q = w.load_q(warps, bm, aff(m=1))
+    k = w.load_kv(warps, "K", bn, aff(_block(n, 0)), "load_K[0]") if n else -1
+    prev_pv = prev_lds_v = -1
+    smem = TileDesc(Space.SHARED, w.dtype, (bn, d), "KV_smem")
+    for i in range(n):
+        v = w.load_kv(warps, "V", bn, aff(_block(n, i)), f"load_V[{i}]")
+        link(b, prev_lds_v, v)  # single V buffer: refilled once every warp read the previous V
+        # ldmatrix: each warp reads its Q rows and all of K
+        lds_qk = b.node(warps, Op.LDS, Unit.LDST, work=(bm * d + cfg.warps * bn * d) * e, tile=smem,
+                        name=f"ldsm_QK[{i}]")
+        link(b, [k, q], lds_qk)
+        s = w.qk(warps, bm, bn, f"qk[{i}]", q_in_smem=False)
+        b.data(lds_qk, s)
+        if i + 1 < n:
+            k = w.load_kv(warps, "K", bn, aff(_block(n, i + 1)), f"load_K[{i + 1}]")
+            b.data(lds_qk, k)
+        sm = w.softmax(warps, bm, bn, f"[{i}]", masked=i < masked)
+        link(b, s, sm)
+        link(b, prev_pv, sm)  # O is rescaled once the previous P V has accumulated
+        lds_v = b.node(warps, Op.LDS, Unit.LDST, work=cfg.warps * bn * dv * e, tile=smem, name=f"ldsm_V[{i}]")
+        b.data(v, lds_v)
+        pv = w.pv(warps, bm, bn, f"pv[{i}]")
+        link(b, [lds_v, *sm], pv)
+        prev_pv, prev_lds_v = pv, lds_v
+    norm = w.normalize(warps, bm, "normalize")
+    link(b, [prev_pv, q], norm)
+    b.data(norm, w.store_o(warps, bm, aff(m=1), "store_O", via_smem=True)[0])
+
+
+def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
+    """FlashAttention-3 forward (hopper/flash_fwd_kernel_sm90.h, mainloop_fwd_sm90_tma_gmma_ws.hpp): a producer
+    warp group issues TMA loads of Q and a `stages`-deep K/V ring; bm/64 consumer warp groups each own 64 Q
+    rows. Intra-warp-group overlap: a consumer issues S_j = Q K_j^T, then O += P_(j-1) V_(j-1), and runs the
+    softmax of S_j while that second wgmma executes. Ping-pong: a named barrier hands the tensor core from
+    one consumer's pair of wgmmas to the next, so one group's softmax hides under the other's GEMMs."""
+    b = w.b
+    producer = b.group("producer", 0, 4, role="tma")
+    cons = [b.group(f"consumer{c}", 4 + 4 * c, 4, role="wgmma+softmax") for c in range(cfg.consumers)]
+    bn = cfg.bn
+    q = w.load_q(producer, cfg.bm, aff(m=1))
+    ks, vs, vload = {}, {}, {}
+    if n:
+        ks[0] = w.load_kv(producer, "K", bn, aff(_block(n, 0)), "load_K[0]")
+    for i in range(n):
+        if i + 1 < n:
+            ks[i + 1] = w.load_kv(producer, "K", bn, aff(_block(n, i + 1)), f"load_K[{i + 1}]")
+        vs[i] = vload[i] = w.load_kv(producer, "V", bn, aff(_block(n, i)), f"load_V[{i}]")
+        if w.dtype.is_fp8:  # wgmma needs V k-major: the producer transposes it in shared memory (LDSM.T/STSM)
+            vt = TileDesc(Space.SHARED, w.dtype, (bn, w.head_dim_v), "Vt_smem")
+            t = b.node(producer, Op.STS, Unit.LDST, work=2 * vt.nbytes, tile=vt, name=f"transpose_V[{i}]")
+            b.data(vs[i], t)
+            vs[i] = t
+    qk: dict[tuple[int, int], int] = {}
+    pv: dict[tuple[int, int], int] = {}
+    soft: dict[tuple[int, int], list[int]] = {}
+    token = -1
+    for i in range(n + 1):
+        for c, cg in enumerate(cons):
+            first = -1
+            if i < n:
+                first = qk[c, i] = w.qk(cg, 64, bn, f"qk{c}[{i}]")
+                link(b, [ks[i], q if i == 0 else -1], first)
+            if i > 0:
+                pv[c, i - 1] = w.pv(cg, 64, bn, f"pv{c}[{i - 1}]")
+                link(b, [vs[i - 1], *soft[c, i - 1]], pv[c, i - 1])
+                first = first if first >= 0 else pv[c, i - 1]
+            if token >= 0:
+                b.order(token, first)  # warp_scheduler_barrier_sync: wait for the other group's GEMMs
+            token = pv[c, i - 1] if i > 0 else first
+            if i < n:
+                soft[c, i] = w.softmax(cg, 64, bn, f"{c}[{i}]", masked=i < masked)
+                link(b, qk[c, i], soft[c, i])
+                if i > 0:
+                    link(b, pv[c, i - 1], soft[c, i])  # O rescale after the previous P V accumulated
+    for i in range(cfg.stages, n):  # a ring slot is refilled when every consumer's wgmma that read it completed
+        link(b, [qk[c, i - cfg.stages] for c in range(len(cons))], ks[i])
+        link(b, [pv[c, i - cfg.stages] for c in range(len(cons))], vload[i])
+    for c, cg in enumerate(cons):
+        norm = w.normalize(cg, 64, f"normalize{c}")
+        link(b, [pv[c, n - 1] if n else q], norm)
+        b.data(norm, w.store_o(cg, 64, aff(c, m=len(cons)), f"store_O{c}")[0])
+
+
+def _fa4(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
+    """FlashAttention-4 forward (flash_attn/cute, sm100): a CTA owns two 128-row Q tiles. A load warp issues
+    TMA into a K/V ring; one MMA warp issues tcgen05 MMAs (single thread) writing S0, S1 and O0, O1 in TMEM;
+    softmax warp group s reads S_s from TMEM, computes exp2 partly by polynomial on the FMA pipe, writes P_s
+    back over S_s; the correction warp group rescales O_s in TMEM (skipped while the row max barely moves)
+    and runs the epilogue. MMA order S0_0, S1_0, O0 += P0_0 V_0, S0_1, O1 += P1_0 V_0, S1_1, ...: while the
+    tensor core computes one tile's MMAs, the other tile's softmax runs."""
+    b = w.b
+    soft_g = [b.group(f"softmax{s}", 4 * s, 4, role="softmax") for s in range(2)]
+    corr_g = b.group("correction", 8, 4, role="correction+epilogue")
+    mma_g = b.group("mma", 12, 1, role="tcgen05")
+    load_g = b.group("load", 13, 1, role="tma")
+    epi_g = b.group("epilogue", 14, 1, role="tma-store")
+    bn, dv = cfg.bn, w.head_dim_v
+    qs = [w.load_q(load_g, 128, aff(s, m=2), f"load_Q{s}") for s in range(2)]
+    ring: list[int] = []  # loads in slot order K_0, V_0, K_1, V_1, ...
+    for i in range(n):
+        ring.append(w.load_kv(load_g, "K", bn, aff(_block(n, i)), f"load_K[{i}]"))
+        ring.append(w.load_kv(load_g, "V", bn, aff(_block(n, i)), f"load_V[{i}]"))
+    s_mma: dict[tuple[int, int], int] = {}
+    pv: dict[tuple[int, int], int] = {}
+    p_ready: dict[tuple[int, int], list[int]] = {}
+    corr: dict[tuple[int, int], int] = {}
+
+    def issue_s(s: int, i: int) -> None:
+        s_mma[s, i] = w.qk(mma_g, 128, bn, f"S{s}[{i}]")
+        link(b, [ring[2 * i], qs[s] if i == 0 else -1], s_mma[s, i])
+
+    def issue_pv(s: int, i: int) -> None:
+        pv[s, i] = w.pv(mma_g, 128, bn, f"O{s}+=P{s}V[{i}]")
+        link(b, [ring[2 * i + 1], *p_ready[s, i], corr.get((s, i), -1)], pv[s, i])
+
+    for i in range(n):
+        for s in range(2):
+            if i > 0:  # O_s += P_s V of the previous block reads P_s before S_s is overwritten (TMEM alias)
+                issue_pv(s, i - 1)
+            issue_s(s, i)
+        for s in range(2):
+            ld = w.tmem(soft_g[s], Op.TMEM_LOAD, 128, bn, 4.0, f"tmem_ld_S{s}[{i}]")
+            b.data(s_mma[s, i], ld)
+            sm = w.softmax(soft_g[s], 128, bn, f"{s}[{i}]", masked=i < masked, rescale_o=False,
+                           poly_fraction=cfg.exp_poly_fraction)
+            link(b, ld, sm)
+            st = w.tmem(soft_g[s], Op.TMEM_STORE, 128, bn, 2.0, f"tmem_st_P{s}[{i}]")
+            link(b, sm, st)
+            p_ready[s, i] = [st]
+            if i > 0:  # rescale O_s (TMEM -> registers -> TMEM) between P V of block i-1 and block i
+                corr[s, i] = w.tmem(corr_g, Op.TMEM_STORE, 128, dv, 8.0, f"correct_O{s}[{i}]",
+                                    fraction=cfg.rescale_fraction)
+                link(b, [sm[0], pv.get((s, i - 1), -1)], corr[s, i])
+    for s in range(2):
+        if n:
+            issue_pv(s, n - 1)
+    for slot in range(cfg.stages, len(ring)):  # a ring slot is refilled once both MMAs that read it completed
+        i, is_v = divmod(slot - cfg.stages, 2)
+        link(b, [(pv if is_v else s_mma)[s, i] for s in range(2)], ring[slot])
+    for s in range(2):
+        ld = w.tmem(corr_g, Op.TMEM_LOAD, 128, dv, 4.0, f"tmem_ld_O{s}")
+        link(b, [pv[s, n - 1] if n else qs[s]], ld)
+        norm = w.normalize(corr_g, 128, f"normalize{s}")
+        b.data(ld, norm)
+        sts = TileDesc(Space.SHARED, w.dtype, (128, dv), "O_smem")
+        st = b.node(corr_g, Op.STS, Unit.LDST, work=sts.nbytes, tile=sts, name=f"sts_O{s}")
+        b.data(norm, st)
+        out = w.store_o(epi_g, 128, aff(s, m=2), f"store_O{s}", via_smem=False)
+        b.data(st, out[0])

@@ -1,0 +1,209 @@
+"""Attention problem shapes, variants and tile configurations (FlashAttention-2/-3/-4, Flash-Decoding, FlashMLA).
+
+Used by torchsim.lowering.templates.attention and .decode: a shape says what is computed and checks itself
+(naming the bad parameter and what would be valid); a config says how (tiles, stages, warp roles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from torchsim.graph.kinds import DType
+from torchsim.hwmodels.gpu import Arch, GpuProfile
+
+# Lane instructions per score element of the online softmax (algorithmic counts, not hardware numbers):
+# row max (FMNMX), scale-and-subtract (FFMA), row sum (FADD), pack P to 16 bit (F2FP, two per instruction).
+SOFTMAX_LANE_OPS = 3.5
+MASK_LANE_OPS = 1.0  # compare-and-select on blocks that cross the causal diagonal or the sequence end
+# exp2 by polynomial on the FMA pipe (FlashAttention-4): Cody-Waite range reduction (floor, subtract),
+# a degree-3 Horner polynomial (3 FFMA) and the exponent shift-add (2 integer ops).
+POLY_EXP_LANE_OPS = 7.0
+# The FMA pipe's rate counts an FFMA as 2 FLOP; any other lane instruction takes the same issue slot.
+FLOP_PER_LANE_OP = 2.0
+
+
+class AttnVariant(Enum):
+    """Which FlashAttention generation's structure the prefill template follows."""
+
+    FA2 = "fa2"  # sm80: all warps load (cp.async) and compute, each warp owns a slice of the Q rows
+    FA3 = "fa3"  # sm90: TMA producer warp group + ping-ponging wgmma consumer warp groups
+    FA4 = "fa4"  # sm100: TMA warp, tcgen05 MMA warp, 2 softmax warp groups, correction warp group, TMEM
+
+    @classmethod
+    def parse(cls, name: str) -> AttnVariant:
+        for v in cls:
+            if v.value == name.strip().lower():
+                return v
+        raise ValueError(f"unknown attention variant {name!r}; valid: {', '.join(v.value for v in cls)}")
+
+
+# Architectures whose units a variant needs (FA2's cp.async + mma.sync path also runs on later GPUs;
+# FA3 needs TMA and warp-group MMA; FA4 needs tcgen05 and TMEM).
+VARIANT_ARCHS = {
+    AttnVariant.FA2: (Arch.SM80, Arch.SM90, Arch.SM100),
+    AttnVariant.FA3: (Arch.SM90, Arch.SM100),
+    AttnVariant.FA4: (Arch.SM100,),
+}
+VARIANT_NEEDS = {AttnVariant.FA2: "cp.async and mma.sync (sm80+)", AttnVariant.FA3: "TMA and wgmma (sm90+)",
+                 AttnVariant.FA4: "tcgen05 and TMEM (sm100)"}
+# FA4 keeps S (2 x 128 columns) and O (2 x head_dim columns) of two Q tiles in TMEM's 512 columns.
+HEAD_DIMS = {AttnVariant.FA2: (64, 128, 256), AttnVariant.FA3: (64, 128, 256), AttnVariant.FA4: (64, 128)}
+DEFAULT_VARIANT = {Arch.SM80: AttnVariant.FA2, Arch.SM90: AttnVariant.FA3, Arch.SM100: AttnVariant.FA4}
+
+
+@dataclass(frozen=True, slots=True)
+class AttnShape:
+    """softmax(Q K^T / sqrt(d)) V for Q [batch, heads_q, seq_q, head_dim], K/V [batch, heads_kv, seq_kv, .].
+
+    `causal` masks bottom-right aligned (query row r sees keys up to r + seq_kv - seq_q), as FlashAttention.
+    """
+
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_kv: int
+    head_dim: int
+    causal: bool = False
+    dtype: DType = DType.BF16
+    head_dim_v: int = 0  # 0: same as head_dim
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"attention parameter {name} must be a positive integer, got {v!r}")
+        if self.head_dim_v < 0:
+            raise ValueError(f"attention parameter head_dim_v must be >= 0 (0 = head_dim), got {self.head_dim_v}")
+        if self.heads_q % self.heads_kv:
+            divisors = [d for d in range(1, self.heads_q + 1) if self.heads_q % d == 0]
+            raise ValueError(f"heads_q={self.heads_q} is not a multiple of heads_kv={self.heads_kv} (GQA/MQA "
+                             f"share each K/V head among heads_q/heads_kv query heads); valid heads_kv: "
+                             f"{', '.join(map(str, divisors))}")
+        if self.dtype not in (DType.BF16, DType.FP16, DType.FP8_E4M3, DType.FP8_E5M2):
+            raise ValueError(f"attention dtype {self.dtype.name.lower()} is not supported; valid: bf16, fp16, fp8")
+
+    @property
+    def dv(self) -> int:
+        return self.head_dim_v or self.head_dim
+
+    @property
+    def group(self) -> int:
+        return self.heads_q // self.heads_kv
+
+    def visible(self, row: int) -> int:
+        """Keys query row `row` attends to."""
+        if not self.causal:
+            return self.seq_kv
+        return max(0, min(self.seq_kv, row + 1 + self.seq_kv - self.seq_q))
+
+    def score_pairs(self) -> int:
+        """(query, key) pairs that are not masked, per batch and query head."""
+        if not self.causal:
+            return self.seq_q * self.seq_kv
+        off = self.seq_kv - self.seq_q
+        lo = max(0, -off)  # rows before `lo` see no key; row r >= lo sees r + 1 + off <= seq_kv keys
+        n = self.seq_q - lo
+        return n * (lo + 1 + off) + n * (n - 1) // 2
+
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.heads_q * self.score_pairs() * (self.head_dim + self.dv)
+
+    def io_bytes(self) -> float:
+        """Compulsory DRAM traffic: Q, K, V read once, O written once (16-bit output)."""
+        e = self.dtype.nbytes
+        q = self.batch * self.heads_q * self.seq_q * self.head_dim * e
+        kv = self.batch * self.heads_kv * self.seq_kv * (self.head_dim + self.dv) * e
+        o = self.batch * self.heads_q * self.seq_q * self.dv * 2
+        return q + kv + o
+
+
+@dataclass(frozen=True, slots=True)
+class AttnConfig:
+    """Tiles and roles: `bm` query rows and `bn` keys per iteration, `stages` K/V buffers in shared memory."""
+
+    variant: AttnVariant
+    bm: int
+    bn: int
+    stages: int = 2
+    warps: int = 4  # FA2: warps of the CTA, each owning bm / warps query rows
+    exp_poly_fraction: float = 0.0  # FA4: share of exp2 computed by polynomial on the FMA pipe
+    rescale_fraction: float = 1.0  # FA4: share of iterations whose O rescale is not skipped
+    regs_per_thread: int = 168
+
+    def __post_init__(self) -> None:
+        for name in ("bm", "bn", "stages", "warps", "regs_per_thread"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"attention config field {name} must be > 0, got {getattr(self, name)}")
+        for name in ("exp_poly_fraction", "rescale_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"attention config field {name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.variant is AttnVariant.FA3 and self.bm % 64:
+            raise ValueError(f"fa3 splits bm over 64-row consumer warp groups; bm={self.bm} is not a multiple of 64")
+        if self.variant is AttnVariant.FA4 and self.bm != 256:
+            raise ValueError(f"fa4 processes two 128-row Q tiles per CTA (bm=256), got bm={self.bm}")
+
+    @property
+    def consumers(self) -> int:
+        return self.bm // 64
+
+
+def check_variant(variant: AttnVariant, shape: AttnShape, hw: GpuProfile) -> None:
+    """Raise a clear error when `hw` lacks the variant's units or the variant lacks the head dim or dtype."""
+    archs = VARIANT_ARCHS[variant]
+    if hw.arch not in archs:
+        ok = [v.value for v, a in VARIANT_ARCHS.items() if hw.arch in a]
+        raise ValueError(f"attention variant {variant.value} needs {VARIANT_NEEDS[variant]}, which {hw.name} "
+                         f"({hw.arch.value}) lacks; valid variants on {hw.name}: {', '.join(ok) or 'none'}")
+    dims = HEAD_DIMS[variant]
+    if shape.head_dim not in dims or shape.dv not in dims:
+        other = [v.value for v, d in HEAD_DIMS.items() if shape.head_dim in d and hw.arch in VARIANT_ARCHS[v]]
+        hint = f"; variants that support it on {hw.name}: {', '.join(other)}" if other else ""
+        raise ValueError(f"head_dim={shape.head_dim} is not supported by attention variant {variant.value} on "
+                         f"{hw.name}; valid head dims: {', '.join(map(str, dims))}{hint}")
+    if shape.dtype.is_fp8 and (variant is AttnVariant.FA2 or not hw.supports(shape.dtype)):
+        raise ValueError(f"attention dtype fp8 needs FP8 tensor cores and the fa3/fa4 kernels; {variant.value} on "
+                         f"{hw.name} runs bf16 or fp16")
+
+
+def default_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None = None) -> AttnConfig:
+    """The tile configuration FlashAttention's own heuristics pick for this head dim, dtype and masking."""
+    if hw.arch not in DEFAULT_VARIANT:
+        raise ValueError(f"no GPU attention template for architecture {hw.arch.value} of {hw.name}")
+    v = variant or DEFAULT_VARIANT[hw.arch]
+    check_variant(v, shape, hw)
+    d, fp8, causal = shape.head_dim, shape.dtype.is_fp8, shape.causal
+    if v is AttnVariant.FA2:  # flash_fwd_launch_template.h (sm80 traits)
+        if d <= 64:
+            return AttnConfig(v, 128, 128 if not causal else 64, 1, 4, regs_per_thread=255)
+        if d <= 128:
+            return AttnConfig(v, 128, 64 if not causal else 64, 1, 4, regs_per_thread=255)
+        return AttnConfig(v, 128, 64, 1, 8, regs_per_thread=255)
+    if v is AttnVariant.FA3:  # hopper/tile_size.h: (kBlockM, kBlockN) per head dim, dtype and masking
+        if d <= 64:
+            bm, bn = 192, (128 if causal else (160 if fp8 else 192))
+        elif d <= 128:
+            bm, bn = 128, (128 if causal else (224 if fp8 else 176))
+        else:
+            bm, bn = 128, (128 if fp8 else 80)
+        regs = 128 if bm // 64 >= 3 else 168
+        return AttnConfig(v, bm, bn, 2, regs_per_thread=regs)
+    # FA4 (flash_attn/cute, sm100 forward): two 128-row Q tiles, 128-key blocks, 3-slot K/V ring
+    return AttnConfig(v, 256, 128, 3, exp_poly_fraction=0.25, rescale_fraction=0.125, regs_per_thread=128)
+
+
+def kv_blocks(shape: AttnShape, bm: int, bn: int, m: int) -> tuple[int, int]:
+    """(KV blocks query block `m` visits, how many of them need masking) for tiles of bm x bn."""
+    total = math.ceil(shape.seq_kv / bn)
+    ragged = shape.seq_kv % bn != 0
+    if not shape.causal:
+        return total, int(ragged)
+    last_row = min(shape.seq_q, (m + 1) * bm) - 1
+    n = math.ceil(shape.visible(last_row) / bn)
+    first_full = shape.visible(m * bm) // bn  # blocks entirely visible to the first row of the tile
+    masked = max(0, n - first_full)
+    if ragged and n == total and masked == 0:
+        masked = 1
+    return n, min(n, masked)

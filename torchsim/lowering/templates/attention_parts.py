@@ -1,0 +1,143 @@
+"""Node-writing helpers shared by the attention templates (prefill, Flash-Decoding, FlashMLA) and CTA grids.
+
+An `AttnWriter` wraps a GraphBuilder for one CTA class. Tiles of Q, K, V and O carry coordinates affine in
+the CTA's parameters (`b` batch, `h` query head, `hk` K/V head, `m` query block, `n0` first K/V block), so
+one template serves every CTA of the class and L2 reuse of K/V across query blocks and GQA heads shows up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchsim.graph import DType, GraphBuilder, Op, Space, TileDesc, Unit, aff
+from torchsim.graph.tile import Affine
+from torchsim.lowering.templates.attention_config import (
+    FLOP_PER_LANE_OP,
+    MASK_LANE_OPS,
+    POLY_EXP_LANE_OPS,
+    SOFTMAX_LANE_OPS,
+)
+
+OUT_DTYPE = {DType.FP8_E4M3: DType.BF16, DType.FP8_E5M2: DType.BF16}
+
+
+@dataclass
+class AttnWriter:
+    b: GraphBuilder
+    dtype: DType
+    head_dim: int
+    head_dim_v: int
+    tma: bool  # True: TMA bulk copies (sm90+); False: cp.async through the LD/ST unit (sm80)
+    kv_head: str = "hk"  # CTA parameter naming the K/V head of the tile
+
+    # -- global tiles -------------------------------------------------------------------------------------
+    def _load(self, group: int, tile: TileDesc, name: str) -> int:
+        op, unit = (Op.TMA_LOAD, Unit.TMA) if self.tma else (Op.CP_ASYNC, Unit.LDST)
+        return self.b.node(group, op, unit, work=tile.nbytes, tile=tile, name=name)
+
+    def load_q(self, group: int, rows: int, row_block: Affine, name: str = "load_Q", tensor: str = "Q") -> int:
+        t = TileDesc(Space.GLOBAL, self.dtype, (1, 1, rows, self.head_dim), tensor,
+                     (aff(b=1), aff(h=1), row_block, aff()))
+        return self._load(group, t, name)
+
+    def load_kv(self, group: int, which: str, rows: int, block: Affine, name: str, dim: int | None = None) -> int:
+        d = dim or (self.head_dim if which == "K" else self.head_dim_v)
+        t = TileDesc(Space.GLOBAL, self.dtype, (1, 1, rows, d), which,
+                     (aff(b=1), aff(**{self.kv_head: 1}), block, aff()))
+        return self._load(group, t, name)
+
+    def store_o(self, group: int, rows: int, row_block: Affine, name: str, via_smem: bool = True,
+                tensor: str = "O", dtype: DType | None = None) -> list[int]:
+        """O tile: registers -> shared memory -> TMA store (sm90+), or registers -> global (sm80)."""
+        out = dtype or OUT_DTYPE.get(self.dtype, self.dtype)
+        tile = TileDesc(Space.GLOBAL, out, (1, 1, rows, self.head_dim_v), tensor,
+                        (aff(b=1), aff(h=1), row_block, aff()))
+        nodes = []
+        if via_smem:
+            st = TileDesc(Space.SHARED, out, (rows, self.head_dim_v), "O_smem")
+            nodes.append(self.b.node(group, Op.STS, Unit.LDST, work=st.nbytes, tile=st, name=f"sts_{name}"))
+        if self.tma:
+            nodes.append(self.b.node(group, Op.TMA_STORE, Unit.TMA, work=tile.nbytes, tile=tile, name=name))
+        else:
+            nodes.append(self.b.node(group, Op.STG, Unit.LDST, work=tile.nbytes, tile=tile, name=name))
+        for a, c in zip(nodes, nodes[1:]):
+            self.b.data(a, c)
+        return nodes
+
+    # -- compute ------------------------------------------------------------------------------------------
+    def mma(self, group: int, m: int, n: int, k: int, name: str, smem_operand_bytes: float = 0.0) -> int:
+        """m x n x k MMA; `smem_operand_bytes` are the operands it reads from shared memory."""
+        return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * m * n * k, name=name,
+                           smem_bytes=smem_operand_bytes)
+
+    def qk(self, group: int, rows: int, cols: int, name: str, q_in_smem: bool = True) -> int:
+        e = self.dtype.nbytes
+        operands = ((rows if q_in_smem else 0) + cols) * self.head_dim * e
+        return self.mma(group, rows, cols, self.head_dim, name, operands)
+
+    def pv(self, group: int, rows: int, cols: int, name: str, p_in_smem: bool = False) -> int:
+        e = self.dtype.nbytes
+        operands = (cols * self.head_dim_v + (rows * cols if p_in_smem else 0)) * e
+        return self.mma(group, rows, self.head_dim_v, cols, name, operands)
+
+    def softmax(self, group: int, rows: int, cols: int, name: str, masked: bool, rescale_o: bool = True,
+                poly_fraction: float = 0.0) -> list[int]:
+        """Online softmax of a rows x cols score tile: exp2 on the SFU (a `poly_fraction` of it by polynomial
+        on the FMA pipe) and the FMA work (max, scale, sum, pack, mask, O rescale). A warp interleaves its
+        MUFU and FMA instructions, so the two nodes run side by side; both start from S.
+
+        Returns the nodes: each reads S, and P (and the rescaled O) are ready when all completed."""
+        elems = rows * cols
+        lane_ops = elems * (SOFTMAX_LANE_OPS + (MASK_LANE_OPS if masked else 0.0))
+        if self.dtype.is_fp8:
+            lane_ops += elems * 0.25  # P packed to FP8 (4 per instruction) after the 16-bit pack
+        if rescale_o:
+            lane_ops += rows * self.head_dim_v
+        lane_ops += elems * poly_fraction * POLY_EXP_LANE_OPS
+        fma = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=lane_ops * FLOP_PER_LANE_OP, name=f"softmax_{name}")
+        sfu_share = elems * (1.0 - poly_fraction)
+        if sfu_share <= 0:
+            return [fma]
+        return [fma, self.b.node(group, Op.EXP, Unit.SFU, work=sfu_share, name=f"exp_{name}")]
+
+    def normalize(self, group: int, rows: int, name: str) -> int:
+        """O / row sum at the end (and the log-sum-exp of each row)."""
+        return self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=rows * (self.head_dim_v + 4) * FLOP_PER_LANE_OP,
+                           name=name)
+
+    def tmem(self, group: int, op: Op, rows: int, cols: int, nbytes_per: float, name: str,
+             fraction: float = 1.0) -> int:
+        tile = TileDesc(Space.TMEM, DType.FP32, (rows, cols), name.split("[")[0])
+        return self.b.node(group, op, Unit.TMEM, work=rows * cols * nbytes_per * fraction, tile=tile, name=name)
+
+
+def link(b: GraphBuilder, srcs: int | list[int], dsts: int | list[int]) -> None:
+    """DATA edges from every node of `srcs` to every node of `dsts` (-1 entries are skipped)."""
+    for s in [srcs] if isinstance(srcs, int) else srcs:
+        for d in [dsts] if isinstance(dsts, int) else dsts:
+            if s >= 0 and d >= 0:
+                b.data(s, d)
+
+
+@dataclass(frozen=True)
+class ClassRows:
+    key: tuple[int, ...]
+    params: np.ndarray
+    names: tuple[str, ...]
+
+
+def group_ctas(rows: Sequence[tuple[tuple[int, ...], tuple[int, ...]]], names: tuple[str, ...],
+               order: Callable[[tuple[int, ...]], object] | None = None) -> list[ClassRows]:
+    """Group (class key, CTA parameter row) pairs into CTA classes; rows keep launch order within a class
+    and classes are launched in `order` of their key (first appearance when None)."""
+    groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    for key, row in rows:
+        groups.setdefault(key, []).append(row)
+    keys = list(groups)
+    if order is not None:
+        keys.sort(key=order)  # type: ignore[arg-type]
+    return [ClassRows(k, np.array(groups[k], dtype=np.int64).reshape(len(groups[k]), len(names)), names)
+            for k in keys]
