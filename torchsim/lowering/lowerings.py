@@ -50,10 +50,13 @@ class DuplicateLoweringError(ValueError):
 def register_lowering(*targets: Any) -> Callable[[Lowering], Lowering]:
     """Decorator: `@register_lowering(aten.mm.default, aten.addmm.default)`."""
     def deco(fn: Lowering) -> Lowering:
-        for t in targets:
+        for t in dict.fromkeys(targets):
             if t in LOWERINGS:
                 raise DuplicateLoweringError(f"{t} already has a lowering ({LOWERINGS[t].__qualname__}); "
                                              f"{fn.__qualname__} may not register it again")
+        if len(set(targets)) != len(targets):
+            raise DuplicateLoweringError(f"{fn.__qualname__} lists an op overload twice: {targets}")
+        for t in targets:
             LOWERINGS[t] = fn
         return fn
     return deco
@@ -212,7 +215,7 @@ _ELEMENTWISE = (
 )
 
 
-@register_lowering(*dict.fromkeys(_ELEMENTWISE))
+@register_lowering(*_ELEMENTWISE)
 def _elementwise(node: OpNode, ctx: PlanContext) -> list[KernelCall]:
     if is_view(node):
         return []
