@@ -11,6 +11,7 @@ from typing import Any
 from torchsim.graph import KernelGraph
 from torchsim.hwmodels.gpu import Arch
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates import elementwise, grouped_gemm, norms, reductions
 from torchsim.lowering.templates.gemm import gemm
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
 
@@ -38,6 +39,11 @@ def _gemm_call(call: KernelCall, hw: Any) -> KernelGraph:
     return gemm(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, cfg,
                 Epilogue.parse(call.p("epilogue", "none")), batch=call.p("batch", 1),
                 shared_b=bool(call.p("shared_b", True)))
+
+
+for _module in (grouped_gemm, norms, elementwise, reductions):  # MoE grouped GEMM and the memory-bound kernels
+    for _kind, _fn in _module.CALLS.items():
+        register(_kind)(_fn)
 
 
 def build_kernel(call: KernelCall, hw: Any) -> KernelGraph:

@@ -1,0 +1,160 @@
+"""MoE grouped GEMM: one launch over all experts, each expert's M taken from the routing counts (tokens per expert).
+
+Sits beside gemm.py and reuses the GEMM family's pipelines (sm80 multistage, sm90 warp-specialised, sm100
+tcgen05): only the tile schedule is new. Its work units are (expert, m-tile, n-tile) listed expert by expert, the
+way CUTLASS's grouped-GEMM problem visitor and DeepGEMM's grouped scheduler walk the groups; persistent CTAs
+stride over that list. Rows of each expert are padded to the M tile (DeepGEMM's contiguous layout aligns every
+expert's segment to BLOCK_M), so skewed routing costs tiles, and the per-SM load shows in the result.
+
+Example:
+    >>> from torchsim.hwmodels import get_profile
+    >>> kg = grouped_gemm((96, 40, 45, 75), 4096, 1024, DType.BF16, get_profile("h100-sxm"))
+    >>> kg.flops == 2 * 256 * 4096 * 1024, kg.attrs["active_experts"]
+    (True, 4)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from torchsim.graph import CtaClass, DType, KernelGraph
+from torchsim.hwmodels.gpu import GpuProfile
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates.gemm import _regs, _write_cta, check_dims
+from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
+from torchsim.lowering.templates.memory_bound import resident_ctas
+from torchsim.lowering.templates.tiling import WorkUnit, cta_classes
+
+
+def check_routing(tokens_per_expert: Any, tokens: int | None = None, top_k: int | None = None) -> tuple[int, ...]:
+    """Validate routing counts; with `tokens` and `top_k` they must sum to tokens x top_k, none above tokens."""
+    if isinstance(tokens_per_expert, (str, bytes)) or not isinstance(tokens_per_expert, Sequence) \
+            or not tokens_per_expert:
+        raise ValueError(f"grouped_gemm: tokens_per_expert must list one token count per expert, e.g. (96, 40, 45),"
+                         f" got {tokens_per_expert!r}")
+    counts = []
+    for e, c in enumerate(tokens_per_expert):
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
+            raise ValueError(f"grouped_gemm: tokens_per_expert[{e}] = {c!r} is not an integer token count")
+        if c < 0:
+            raise ValueError(f"grouped_gemm: tokens_per_expert[{e}] = {c} is negative; valid counts are >= 0 "
+                             "tokens routed to that expert")
+        counts.append(int(c))
+    if sum(counts) == 0:
+        raise ValueError(f"grouped_gemm: tokens_per_expert {tuple(counts)} routes no token; at least one expert "
+                         "needs a count > 0")
+    for name, v in (("tokens", tokens), ("top_k", top_k)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ValueError(f"grouped_gemm: {name} must be a positive integer, got {v!r}")
+    if tokens is not None and top_k is not None:
+        if top_k > len(counts):
+            raise ValueError(f"grouped_gemm: top_k={top_k} exceeds the {len(counts)} experts of tokens_per_expert; "
+                             f"valid: 1..{len(counts)}")
+        if sum(counts) != tokens * top_k:
+            raise ValueError(f"grouped_gemm: tokens_per_expert sums to {sum(counts)}, but tokens x top_k = {tokens}"
+                             f" x {top_k} = {tokens * top_k}; each token is routed to exactly top_k experts")
+        over = [e for e, c in enumerate(counts) if c > tokens]
+        if over:
+            raise ValueError(f"grouped_gemm: tokens_per_expert[{over[0]}] = {counts[over[0]]} exceeds tokens="
+                             f"{tokens}; a token goes to an expert at most once")
+    return tuple(counts)
+
+
+def grouped_config(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType, hw: GpuProfile,
+                   pipeline: Pipeline | None = None) -> GemmConfig:
+    """The dense GEMM heuristic at the mean rows of an active expert, persistent, without split-K or B sharing
+    (a cluster's CTAs could straddle two experts)."""
+    active = [c for c in tokens_per_expert if c > 0]
+    m_mean = max(1, math.ceil(sum(active) / max(1, len(active))))
+    cfg = default_config(m_mean, n, k, dtype, hw, 1, pipeline)
+    return replace(cfg, persistent=True, split_k=1, b_split=1)
+
+
+def grouped_units(tokens_per_expert: Sequence[int], n: int, k: int, cfg: GemmConfig) -> tuple[list[WorkUnit],
+                                                                                                tuple[int, ...]]:
+    """Work units expert by expert; inside an expert, groups of `raster_group` M tiles walked column by column
+    (as gemm.py rasterises). `m` counts padded M tiles across experts, `nb` indexes expert e's B tile."""
+    nt, kt = math.ceil(n / cfg.bn), math.ceil(k / cfg.bk)
+    units: list[WorkUnit] = []
+    m_tiles = tuple(math.ceil(c / cfg.bm) for c in tokens_per_expert)
+    base = 0
+    for e, mt in enumerate(m_tiles):
+        for g0 in range(0, mt, cfg.raster_group):
+            for j in range(nt):
+                for i in range(g0, min(mt, g0 + cfg.raster_group)):
+                    units.append(WorkUnit(base + i, j, e * nt + j, 0, kt, 0))
+        base += mt
+    return units, m_tiles
+
+
+def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType, hw: GpuProfile,
+                 cfg: GemmConfig | None = None, epilogue: Epilogue = Epilogue.NONE, *, tokens: int | None = None,
+                 top_k: int | None = None) -> KernelGraph:
+    """Y_e[M_e, n] = X_e[M_e, k] @ W_e[k, n] for every expert e with M_e = tokens_per_expert[e] (FP32 accumulation;
+    FP8 inputs write BF16). `tokens`/`top_k`, when given, are checked against the counts."""
+    counts = check_routing(tokens_per_expert, tokens, top_k)
+    check_dims(n=n, k=k)
+    if not hw.supports(dtype):
+        raise ValueError(f"grouped_gemm: {hw.name} has no {dtype.name} tensor cores; valid dtypes here: bf16, fp16"
+                         + (", fp8" if hw.supports(DType.FP8_E4M3) else ""))
+    cfg = cfg or grouped_config(counts, n, k, dtype, hw)
+    if cfg.split_k != 1 or cfg.b_split != 1:
+        raise ValueError(f"grouped_gemm: config has split_k={cfg.split_k}, b_split={cfg.b_split}; a grouped GEMM "
+                         "neither splits K nor shares B tiles across CTAs (valid: 1 and 1)")
+    out_dtype = DType.BF16 if dtype.is_fp8 or dtype is DType.BF16 else dtype
+    units, m_tiles = grouped_units(counts, n, k, cfg)
+    regs = _regs(cfg)
+    grid = min(len(units), hw.sms * resident_ctas(hw, cfg.threads(), regs, cfg.smem_bytes(dtype)))
+    classes = []
+    per_cta: list[int] = []
+    for plan in cta_classes(units, grid):
+        classes.append(CtaClass(_write_cta(plan, cfg, dtype, out_dtype, epilogue, hw), plan.params, plan.names,
+                                threads=cfg.threads(), regs_per_thread=regs, smem_bytes=cfg.smem_bytes(dtype)))
+        per_cta += [len(plan.kts)] * int(plan.params.shape[0])
+    rows, active = sum(counts), sum(1 for c in counts if c)
+    padded = sum(m_tiles) * cfg.bm
+    return KernelGraph(
+        name=f"grouped_gemm_{len(counts)}x{rows}x{n}x{k}", classes=tuple(classes), flops=2.0 * rows * n * k,
+        dram_bytes=float(rows * k * dtype.nbytes + active * k * n * dtype.nbytes
+                         + rows * n * out_dtype.nbytes * (2 if epilogue is Epilogue.RESIDUAL else 1)),
+        attrs={"template": f"grouped_gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
+               "stages": cfg.stages, "persistent": True, "b_split": 1, "split_k": 1, "epilogue": epilogue.value,
+               "dtype": dtype.name.lower(), "n": n, "k": k, "experts": len(counts), "active_experts": active,
+               "tokens_per_expert": counts, "m_tiles": m_tiles, "tiles": len(units), "grid": grid,
+               "padded_rows": padded, "tile_efficiency": rows / padded,
+               "tiles_per_cta": (min(per_cta), max(per_cta))},
+    )
+
+
+def load_balance(result: Any) -> dict[str, float]:
+    """Load across SMs from a KernelResult: tensor-pipe busy cycles per SM (max and min over the mean), the spread
+    of the SMs' finish times, and the share of SM-cycles left idle after an SM's last CTA retired (the tail)."""
+    ends = np.asarray(result.attrs.get("sm_end_cycles", ()), dtype=np.float64)
+    busy = np.asarray(result.attrs.get("sm_busy_cycles", {}).get("tensor", ()), dtype=np.float64)
+    if not ends.size:
+        return {}
+    out = {"sm_end_min_cycles": float(ends.min()), "sm_end_max_cycles": float(ends.max()),
+           "tail_idle_share": float(1.0 - ends.mean() / max(1.0, float(result.cycles)))}
+    if busy.size and busy.mean() > 0:
+        out.update(tensor_busy_max_over_mean=float(busy.max() / busy.mean()),
+                   tensor_busy_min_over_mean=float(busy.min() / busy.mean()))
+    return out
+
+
+def _call(call: KernelCall, hw: Any) -> KernelGraph:
+    variant = call.p("variant", "")
+    tpe = call.p("tokens_per_expert")
+    cfg = grouped_config(check_routing(tpe), call.p("n"), call.p("k"), call.dtype, hw,
+                         Pipeline.parse(variant)) if variant else None
+    tokens = call.p("tokens", 0) or None
+    top_k = call.p("top_k", 0) or None
+    return grouped_gemm(tpe, call.p("n"), call.p("k"), call.dtype, hw, cfg, Epilogue.parse(call.p("epilogue", "none")),
+                        tokens=tokens, top_k=top_k)
+
+
+CALLS: dict[KernelKind, Callable[[KernelCall, Any], KernelGraph]] = {KernelKind.GROUPED_GEMM: _call}
