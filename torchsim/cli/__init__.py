@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("hw", "kernel", "routing", "predict")
+COMMANDS = ("hw", "kernel", "routing", "predict", "compare")
 
 
 class UsageError(ValueError):

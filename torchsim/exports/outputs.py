@@ -81,13 +81,14 @@ def write_kernel_outputs(args: argparse.Namespace, kernel: Any, result: Any, hw:
     return lines
 
 
-def slowest_distinct(records: Sequence[KernelRecord], n: int) -> list[KernelRecord]:
+def slowest_distinct(records: Sequence[KernelRecord], n: int,
+                     eligible: Callable[[KernelRecord], bool] | None = None) -> list[KernelRecord]:
     """The n slowest kernels, one per distinct (kind, shapes, dtype): repeated layers show once."""
     seen: set[tuple[Any, ...]] = set()
     out: list[KernelRecord] = []
     for k in sorted(records, key=lambda k: (-k.duration_cycles, k.kernel_index)):
         key = (k.kernel_kind, k.params, k.dtype)
-        if key not in seen and not k.roofline_fallback:
+        if key not in seen and not k.roofline_fallback and (eligible is None or eligible(k)):
             seen.add(key)
             out.append(k)
         if len(out) >= n:
@@ -97,11 +98,11 @@ def slowest_distinct(records: Sequence[KernelRecord], n: int) -> list[KernelReco
 
 def write_prediction_outputs(args: argparse.Namespace, preds: Sequence[PredictionRecords], profiles: Sequence[Any],
                              detail_for: Callable[[PredictionRecords, KernelRecord], KernelDetail] | None = None,
-                             title: str = "") -> list[str]:
+                             title: str = "", eligible: Callable[[KernelRecord], bool] | None = None) -> list[str]:
     """Outputs of `predict` / `compare`: kernels table, end-to-end trace (+ detail views), time-per-kind chart.
 
     `detail_for(pred, kernel)` re-simulates one kernel with node recording (the API knows how); it is called
-    for the `--detail N` slowest distinct kernels of each prediction.
+    for the `--detail N` slowest distinct kernels of each prediction (among those `eligible` accepts).
     """
     lines: list[str] = []
     if getattr(args, "parquet", None):
@@ -117,7 +118,7 @@ def write_prediction_outputs(args: argparse.Namespace, preds: Sequence[Predictio
             if n > 1 and len(preds) > 1:
                 n = max(1, n // len(preds))
             for pred in preds:
-                details.extend(detail_for(pred, k) for k in slowest_distinct(pred.kernels, n))
+                details.extend(detail_for(pred, k) for k in slowest_distinct(pred.kernels, n, eligible))
         rep = write_trace(args.perfetto, preds, details)
         lines.append(_line("trace", args.perfetto, rep.write_s, f"{rep.stats.slices:,} slices"
                            + (f", {len(details)} kernel detail views" if details else "")))

@@ -30,12 +30,13 @@ class TraceReport:
 
 
 def kernel_args(k: KernelRecord) -> dict[str, ArgValue]:
-    """The arguments shown for a kernel slice; quantities that were not modelled are left out."""
-    args: dict[str, ArgValue] = {"kind": k.kernel_kind, "shapes": k.shapes_text(), "cycles": k.duration_cycles}
+    """The arguments shown for a kernel slice that repeat across layers and steps (see `kernel_counts` for the
+    per-launch ones); quantities that were not modelled are left out."""
+    args: dict[str, ArgValue] = {"kind": k.kernel_kind, "shapes": k.shapes_text()}
     optional: dict[str, ArgValue | None] = {
         "dtype": k.dtype or None, "bound": k.bound, "layer": k.layer, "template": k.template,
         "flops": k.flops, "dram_bytes": k.dram_bytes, "l2_hit_rate": k.l2_hit_rate,
-        "module_path": k.module_path or None, "source": k.source_line or None, "kv_len": k.kv_len,
+        "module_path": k.module_path or None, "source": k.source_line or None,
         "method": k.method if k.method not in (None, "simulated") else None,
     }
     for unit, frac in sorted((k.unit_busy or {}).items()):
@@ -46,6 +47,14 @@ def kernel_args(k: KernelRecord) -> dict[str, ArgValue]:
         optional["roofline_fallback"] = True
     args.update({key: v for key, v in optional.items() if v is not None})
     return args
+
+
+def kernel_counts(k: KernelRecord) -> dict[str, int]:
+    """Per-launch integer arguments: duration and start in cycles, KV length."""
+    out = {"cycles": k.duration_cycles, "start_cycles": k.start_cycles}
+    if k.kv_len is not None:
+        out["kv_len"] = k.kv_len
+    return out
 
 
 def _ns(us: float) -> int:
@@ -94,7 +103,7 @@ def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us:
                                          f"{k.start_us} us, before kernel {prev_name!r} on stream {k.stream} ends")
                     start = prev_end
                 w.slice(start, max(end, start) - start, track, k.kernel_name, kernel_args(k),
-                        unique_args={"start_cycles": k.start_cycles})
+                        unique_args=kernel_counts(k))
                 prev_end, prev_name = max(end, start), k.kernel_name
             if phase and step is not None:
                 w.end(prev_end, track)

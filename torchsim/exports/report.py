@@ -17,6 +17,7 @@ from torchsim.exports.atomic import atomic_output
 from torchsim.exports.records import KernelRecord, PredictionRecords
 
 _LAYER = re.compile(r"(^|\.)(layers|h|blocks)\.\d+\.")
+_FOLDED = re.compile(r"(^|\.)(?:layers|h|blocks)\.\*\.")
 
 
 def kernel_group(k: KernelRecord) -> str:
@@ -79,8 +80,14 @@ def _ms(s: float | None) -> str:
     return "-" if s is None else f"{s * 1e3:.3f}"
 
 
+def _short(group: str) -> str:
+    """`layers.*.mlp.down_proj` -> `mlp.down_proj` for narrow columns (every layer is folded anyway)."""
+    return _FOLDED.sub(lambda m: m.group(1), group).lstrip(".")
+
+
 def comparison_table(summaries: Sequence[RunSummary], top: int = 5) -> str:
-    """Metrics down, hardware across: TTFT, TPOT, tokens/s, the top kernels and their share, the bound."""
+    """Metrics down, hardware across: TTFT, TPOT, tokens/s, the top kernels (summed over layers) and their
+    share, the bound."""
     headers = ["", *[s.hardware for s in summaries]]
     rows: list[list[str]] = [
         ["TTFT (ms)", *[_ms(s.ttft_s) for s in summaries]],
@@ -89,7 +96,7 @@ def comparison_table(summaries: Sequence[RunSummary], top: int = 5) -> str:
         ["total (ms)", *[_ms(s.total_s) for s in summaries]],
     ]
     for i in range(top):
-        rows.append([f"top kernel {i + 1}", *[f"{s.top[i][0]} {s.top[i][1]:.0%}" if i < len(s.top) else ""
+        rows.append([f"top kernel {i + 1}", *[f"{_short(s.top[i][0])} {s.top[i][1]:.0%}" if i < len(s.top) else ""
                                              for s in summaries]])
     rows.append(["bound (by time)", *[f"{s.bound[0][0]} {s.bound[0][1]:.0%}" if s.bound else "-" for s in summaries]])
     rows.append(["roofline fallback", *[f"{s.fallback_share:.0%} of time" for s in summaries]])

@@ -1,0 +1,124 @@
+"""`torchsim compare MODEL --hw a100-sxm,h100-sxm,h200,b200 ...`: one prediction per hardware profile, side by side.
+
+Prints TTFT, TPOT, tokens/s, the top kernels and their share, and the bound per profile; `--perfetto` writes one
+trace with a process per profile aligned at zero, `--parquet` one kernels table, `--plot` a stacked-bar PNG of
+time per kernel kind per profile. `export_predictions` is also what `torchsim predict` uses for its outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from torchsim.cli import UsageError
+from torchsim.exports.adapt import kernel_detail
+from torchsim.exports.from_prediction import prediction_records
+from torchsim.exports.outputs import add_output_options, write_prediction_outputs
+from torchsim.exports.records import KernelDetail, KernelRecord, PredictionRecords
+from torchsim.exports.report import comparison_table, summarize
+from torchsim.models.registry import DEFAULT_MODEL
+
+DEFAULT_HW = "a100-sxm,h100-sxm,h200,b200"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("compare", help="predict one model on several hardware profiles, side by side",
+                       description="Side-by-side TTFT, TPOT, tokens/s, top kernels and bound per hardware profile.")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"model name (default {DEFAULT_MODEL})")
+    p.add_argument("--hw", default=DEFAULT_HW, help=f"comma-separated hardware profiles (default {DEFAULT_HW})")
+    p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
+    p.add_argument("--decode", type=int, default=128, help="decode steps (default 128)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    p.add_argument("--preset", default="serving", choices=("serving", "eager"), help="kernel fusion preset")
+    p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
+    p.add_argument("--fallback", default=None, choices=("roofline",),
+                   help="estimate ops without a lowering by a roofline instead of failing")
+    p.add_argument("--top", type=int, default=5, help="top kernels listed per profile (default 5)")
+    p.add_argument("--workers", type=int, default=None, help="processes simulating kernels (default: auto)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per profile")
+    add_output_options(p, detail=True)
+    p.set_defaults(func=run)
+
+
+def parse_hw_list(text: str) -> list[Any]:
+    """Profiles named in a comma-separated list; unknown names raise KeyError listing the known ones."""
+    from torchsim.hwmodels import get_profile
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"--hw needs at least one profile name, got {text!r}")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--hw names a profile twice: {text!r}")
+    return [get_profile(n) for n in names]
+
+
+def detail_for(profiles: Sequence[Any]) -> Any:
+    """A callback re-simulating one predicted kernel with node recording, for the `--detail N` views.
+
+    Only kernels that were simulated whole qualify (not roofline rows, not K-extrapolated giants).
+    """
+    from torchsim.graph import DType
+    from torchsim.lowering.kernel_call import KernelCall, KernelKind
+    from torchsim.lowering.templates import build_kernel
+    from torchsim.sim import simulate
+
+    by_name = {p.name: p for p in profiles}
+
+    def run(pred: PredictionRecords, k: KernelRecord) -> KernelDetail:
+        hw = by_name[pred.run.hardware]
+        call = KernelCall.make(KernelKind(k.kernel_kind), DType.parse(k.dtype), name=k.kernel_name, phase=k.phase,
+                               layer=k.layer, module_path=k.module_path, source=k.source_line, **dict(k.params))
+        kg = build_kernel(call, hw)
+        return kernel_detail(simulate(kg, hw, record=True), kg, pred.run, k)
+
+    return run
+
+
+def simulated_whole(k: KernelRecord) -> bool:
+    """Whether a kernel can have a detail view: simulated whole (not a roofline row, not K-extrapolated)."""
+    return not k.roofline_fallback and k.method in (None, "simulated") and k.simulated_step == k.decode_step
+
+
+def export_predictions(args: argparse.Namespace, preds: Sequence[Any], profiles: Sequence[Any],
+                       title: str = "") -> list[str]:
+    """Write `--parquet/--perfetto/--plot` for `torchsim.prediction.Prediction`s; returns the lines to print."""
+    if not any(getattr(args, o, None) for o in ("parquet", "perfetto", "plot")):
+        return []
+    records = [prediction_records(p) for p in preds]
+    return write_prediction_outputs(args, records, profiles, detail_for(profiles), title, simulated_whole)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchsim.api import predict
+
+    for flag in ("prompt", "batch"):
+        if getattr(args, flag) <= 0:
+            raise UsageError(f"--{flag} must be a positive integer, got {getattr(args, flag)}")
+    if args.decode < 0:
+        raise UsageError(f"--decode must be >= 0, got {args.decode}")
+    profiles = parse_hw_list(args.hw)
+    preds = []
+    for hw in profiles:
+        print(f"predicting {args.model} on {hw.name} ...", file=sys.stderr)
+        preds.append(predict(args.model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
+                             preset=args.preset, routing=args.routing, fallback=args.fallback,
+                             workers=args.workers, progress=not args.json and sys.stderr.isatty()))
+    if args.json:
+        for p in preds:
+            print(json.dumps(p.to_dict(kernels=False), default=str))
+    else:
+        for w in (w for p in preds for w in p.warnings):
+            print(f"warning: {w}", file=sys.stderr)
+        first = preds[0]
+        print(f"{first.model}: batch {first.batch}, prompt {first.prompt_len}, {first.decode_steps} decode steps "
+              f"(preset {first.preset}, launch {first.launch})\n")
+        summaries = [summarize(prediction_records(p), top=args.top, ttft_s=p.ttft_s,
+                               tpot_s=p.tpot_s if p.decode_steps else None) for p in preds]
+        print(comparison_table(summaries, top=args.top))
+    title = f"{preds[0].model}: prompt {args.prompt}, {args.decode} decode steps, batch {args.batch}"
+    for line in export_predictions(args, preds, profiles, title):
+        print(line, file=sys.stderr if args.json else sys.stdout)
+    return 0
