@@ -11,7 +11,7 @@ from typing import Any
 from torchsim.graph import KernelGraph
 from torchsim.hwmodels.gpu import Arch
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.templates import elementwise, grouped_gemm, norms, reductions
+from torchsim.lowering.templates import attention_calls, elementwise, grouped_gemm, norms, reductions
 from torchsim.lowering.templates.gemm import gemm
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
 
@@ -41,7 +41,7 @@ def _gemm_call(call: KernelCall, hw: Any) -> KernelGraph:
                 shared_b=bool(call.p("shared_b", True)))
 
 
-for _module in (grouped_gemm, norms, elementwise, reductions):  # MoE grouped GEMM and the memory-bound kernels
+for _module in (grouped_gemm, norms, elementwise, reductions, attention_calls):  # MoE, memory-bound, attention
     for _kind, _fn in _module.CALLS.items():
         register(_kind)(_fn)
 
@@ -57,4 +57,14 @@ def build_kernel(call: KernelCall, hw: Any) -> KernelGraph:
     return fn(call, hw)
 
 
-__all__ = ["TEMPLATES", "Epilogue", "GemmConfig", "Pipeline", "build_kernel", "default_config", "gemm", "register"]
+def build_kernels(call: KernelCall, hw: Any) -> list[KernelGraph]:
+    """Every kernel launch `call` makes, in order: [split kernel, combine kernel] for a Flash-Decoding or
+    FlashMLA call whose K/V is split across CTAs; `[build_kernel(call, hw)]` for single-launch kinds."""
+    multi = attention_calls.LAUNCHES.get(call.kind)
+    if multi is not None and getattr(hw, "arch", None) is not Arch.TENSIX:
+        return multi(call, hw)
+    return [build_kernel(call, hw)]
+
+
+__all__ = ["TEMPLATES", "Epilogue", "GemmConfig", "Pipeline", "build_kernel", "build_kernels", "default_config", "gemm",
+           "register"]

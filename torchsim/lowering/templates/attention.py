@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from torchsim.graph import CtaClass, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit, aff
 from torchsim.hwmodels.gpu import GpuProfile
@@ -76,17 +77,14 @@ def smem_bytes(cfg: AttnConfig, shape: AttnShape) -> int:
     return int(q + cfg.stages * (k + v + vt))
 
 
-def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int) -> TileGraph:
-    """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask."""
-    b = GraphBuilder(f"attention/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/{n}blocks/{masked}masked", shape.dtype)
-    w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=cfg.variant is not AttnVariant.FA2)
+def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int, name: str = "attention",
+              **writer: Any) -> TileGraph:
+    """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask;
+    `writer` options (AttnWriter fields) say where its tiles come from and go (split-KV, paged K/V)."""
+    b = GraphBuilder(f"{name}/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/{n}blocks/{masked}masked", shape.dtype)
+    w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=cfg.variant is not AttnVariant.FA2, **writer)
     {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4}[cfg.variant](w, cfg, n, masked)
     return b.build()
-
-
-def _block(n: int, i: int) -> int:
-    """FlashAttention walks K/V blocks from the last (the masked ones at the diagonal) to the first."""
-    return n - 1 - i
 
 
 def _fa2(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
@@ -97,11 +95,11 @@ def _fa2(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     warps = b.group("warps", 0, cfg.warps, role="cp.async+mma.sync+softmax")
     bm, bn, d, dv, e = cfg.bm, cfg.bn, w.head_dim, w.head_dim_v, w.dtype.nbytes
     q = w.load_q(warps, bm, aff(m=1))
-    k = w.load_kv(warps, "K", bn, aff(_block(n, 0)), "load_K[0]") if n else -1
+    k = w.load_kv(warps, "K", bn, w.kv_block(n, 0), "load_K[0]") if n else -1
     prev_pv = prev_lds_v = -1
     smem = TileDesc(Space.SHARED, w.dtype, (bn, d), "KV_smem")
     for i in range(n):
-        v = w.load_kv(warps, "V", bn, aff(_block(n, i)), f"load_V[{i}]")
+        v = w.load_kv(warps, "V", bn, w.kv_block(n, i), f"load_V[{i}]")
         link(b, prev_lds_v, v)  # single V buffer: refilled once every warp read the previous V
         # ldmatrix: each warp reads its Q rows and all of K
         lds_qk = b.node(warps, Op.LDS, Unit.LDST, work=(bm * d + cfg.warps * bn * d) * e, tile=smem,
@@ -110,7 +108,7 @@ def _fa2(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
         s = w.qk(warps, bm, bn, f"qk[{i}]", q_in_smem=False)
         b.data(lds_qk, s)
         if i + 1 < n:
-            k = w.load_kv(warps, "K", bn, aff(_block(n, i + 1)), f"load_K[{i + 1}]")
+            k = w.load_kv(warps, "K", bn, w.kv_block(n, i + 1), f"load_K[{i + 1}]")
             b.data(lds_qk, k)
         sm = w.softmax(warps, bm, bn, f"[{i}]", masked=i < masked)
         link(b, s, sm)
@@ -138,11 +136,11 @@ def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     q = w.load_q(producer, cfg.bm, aff(m=1))
     ks, vs, vload = {}, {}, {}
     if n:
-        ks[0] = w.load_kv(producer, "K", bn, aff(_block(n, 0)), "load_K[0]")
+        ks[0] = w.load_kv(producer, "K", bn, w.kv_block(n, 0), "load_K[0]")
     for i in range(n):
         if i + 1 < n:
-            ks[i + 1] = w.load_kv(producer, "K", bn, aff(_block(n, i + 1)), f"load_K[{i + 1}]")
-        vs[i] = vload[i] = w.load_kv(producer, "V", bn, aff(_block(n, i)), f"load_V[{i}]")
+            ks[i + 1] = w.load_kv(producer, "K", bn, w.kv_block(n, i + 1), f"load_K[{i + 1}]")
+        vs[i] = vload[i] = w.load_kv(producer, "V", bn, w.kv_block(n, i), f"load_V[{i}]")
         if w.dtype.is_fp8:  # wgmma needs V k-major: the producer transposes it in shared memory (LDSM.T/STSM)
             vt = TileDesc(Space.SHARED, w.dtype, (bn, w.head_dim_v), "Vt_smem")
             t = b.node(producer, Op.STS, Unit.LDST, work=2 * vt.nbytes, tile=vt, name=f"transpose_V[{i}]")
@@ -196,8 +194,8 @@ def _fa4(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     qs = [w.load_q(load_g, 128, aff(s, m=2), f"load_Q{s}") for s in range(2)]
     ring: list[int] = []  # loads in slot order K_0, V_0, K_1, V_1, ...
     for i in range(n):
-        ring.append(w.load_kv(load_g, "K", bn, aff(_block(n, i)), f"load_K[{i}]"))
-        ring.append(w.load_kv(load_g, "V", bn, aff(_block(n, i)), f"load_V[{i}]"))
+        ring.append(w.load_kv(load_g, "K", bn, w.kv_block(n, i), f"load_K[{i}]"))
+        ring.append(w.load_kv(load_g, "V", bn, w.kv_block(n, i), f"load_V[{i}]"))
     s_mma: dict[tuple[int, int], int] = {}
     pv: dict[tuple[int, int], int] = {}
     p_ready: dict[tuple[int, int], list[int]] = {}

@@ -32,32 +32,60 @@ class AttnWriter:
     head_dim_v: int
     tma: bool  # True: TMA bulk copies (sm90+); False: cp.async through the LD/ST unit (sm80)
     kv_head: str = "hk"  # CTA parameter naming the K/V head of the tile
+    q_head: str = "h"  # CTA parameter naming the query head (packed GQA decoding: the K/V head)
+    kv_base: str = ""  # CTA parameter giving the CTA's first K/V block (split-KV); "" = block 0
+    split: str = ""  # CTA parameter of the K/V split: O goes to FP32 partials plus a log-sum-exp per row
+    kv_gather: bool = False  # paged K/V with pages smaller than a tile: cp.async gathers instead of TMA
+    pages: int = 0  # paged K/V: block-table entries the CTA reads first (0: contiguous K/V)
+    _table: int = -1
 
     # -- global tiles -------------------------------------------------------------------------------------
-    def _load(self, group: int, tile: TileDesc, name: str) -> int:
-        op, unit = (Op.TMA_LOAD, Unit.TMA) if self.tma else (Op.CP_ASYNC, Unit.LDST)
+    def _load(self, group: int, tile: TileDesc, name: str, gather: bool = False) -> int:
+        op, unit = (Op.TMA_LOAD, Unit.TMA) if self.tma and not gather else (Op.CP_ASYNC, Unit.LDST)
         return self.b.node(group, op, unit, work=tile.nbytes, tile=tile, name=name)
 
-    def load_q(self, group: int, rows: int, row_block: Affine, name: str = "load_Q", tensor: str = "Q") -> int:
-        t = TileDesc(Space.GLOBAL, self.dtype, (1, 1, rows, self.head_dim), tensor,
-                     (aff(b=1), aff(h=1), row_block, aff()))
+    def load_q(self, group: int, rows: int, row_block: Affine, name: str = "load_Q") -> int:
+        t = TileDesc(Space.GLOBAL, self.dtype, (1, 1, rows, self.head_dim), "Q",
+                     (aff(b=1), aff(**{self.q_head: 1}), row_block, aff()))
         return self._load(group, t, name)
+
+    def kv_block(self, n: int, i: int) -> Affine:
+        """Coordinate of the i-th visited K/V block: FlashAttention walks blocks from the last (the masked
+        ones at the diagonal) to the first."""
+        return aff(n - 1 - i, **({self.kv_base: 1} if self.kv_base else {}))
 
     def load_kv(self, group: int, which: str, rows: int, block: Affine, name: str, dim: int | None = None) -> int:
         d = dim or (self.head_dim if which == "K" else self.head_dim_v)
         t = TileDesc(Space.GLOBAL, self.dtype, (1, 1, rows, d), which,
                      (aff(b=1), aff(**{self.kv_head: 1}), block, aff()))
-        return self._load(group, t, name)
+        if self.pages and self._table < 0:
+            self._table = self.page_table(group, self.pages)
+        ld = self._load(group, t, name, gather=self.kv_gather)
+        if self._table >= 0:
+            self.b.data(self._table, ld)  # the page index must arrive before the page can be fetched
+        return ld
+
+    def page_table(self, group: int, pages: int) -> int:
+        """The CTA's block-table entries (int32 page indices), read before its first paged K/V load."""
+        t = TileDesc(Space.GLOBAL, DType.INT32, (1, max(1, pages)), "block_table",
+                     (aff(b=1), aff(**({self.kv_base: 1} if self.kv_base else {}))))
+        return self.b.node(group, Op.LDG, Unit.LDST, work=t.nbytes, tile=t, name="ldg_block_table")
 
     def store_o(self, group: int, rows: int, row_block: Affine, name: str, via_smem: bool = True,
-                tensor: str = "O", dtype: DType | None = None) -> list[int]:
-        """O tile: registers -> shared memory -> TMA store (sm90+), or registers -> global (sm80)."""
-        out = dtype or OUT_DTYPE.get(self.dtype, self.dtype)
-        tile = TileDesc(Space.GLOBAL, out, (1, 1, rows, self.head_dim_v), tensor,
-                        (aff(b=1), aff(h=1), row_block, aff()))
+                col_parts: int = 1, col: int = 0) -> list[int]:
+        """O tile (column part `col` of `col_parts`): registers -> shared memory -> TMA store (sm90+), or ->
+        global (sm80). Under split-KV the tile is an FP32 partial of its split, plus each row's log-sum-exp."""
+        head = aff(**{self.q_head: 1})
+        cols = self.head_dim_v // col_parts
+        if self.split:
+            tile = TileDesc(Space.GLOBAL, DType.FP32, (1, 1, 1, rows, cols + 1), "O_partial",
+                            (aff(**{self.split: 1}), aff(b=1), head, row_block, aff(col)))
+            return [self.b.node(group, Op.STG, Unit.LDST, work=tile.nbytes, tile=tile, name=name)]
+        out = OUT_DTYPE.get(self.dtype, self.dtype)
+        tile = TileDesc(Space.GLOBAL, out, (1, 1, rows, cols), "O", (aff(b=1), head, row_block, aff(col)))
         nodes = []
         if via_smem:
-            st = TileDesc(Space.SHARED, out, (rows, self.head_dim_v), "O_smem")
+            st = TileDesc(Space.SHARED, out, (rows, cols), "O_smem")
             nodes.append(self.b.node(group, Op.STS, Unit.LDST, work=st.nbytes, tile=st, name=f"sts_{name}"))
         if self.tma:
             nodes.append(self.b.node(group, Op.TMA_STORE, Unit.TMA, work=tile.nbytes, tile=tile, name=name))

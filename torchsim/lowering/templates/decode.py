@@ -1,0 +1,194 @@
+"""Decoding attention as kernel launches: Flash-Decoding (split-KV kernel + combine kernel) and FlashMLA.
+
+Each builder returns the list of KernelGraphs a decode step launches, in order: the split kernel, then the
+combine kernel when the K/V sequence was split across CTAs. Query heads that share a K/V head are packed as
+rows of one tile (FlashAttention's pack-GQA), so any query length >= 1 works: single-token decoding and the
+128-token chunks of speculative or chunked decoding alike.
+
+Example:
+    >>> from torchsim.hwmodels import get_profile
+    >>> ks = flash_decode(AttnShape(8, 32, 8, 1, 8192, 128), get_profile("h100-sxm"))
+    >>> [k.attrs["template"] for k in ks]
+    ['flash_decode/fa3', 'flash_decode/combine']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, Unit, aff
+from torchsim.hwmodels.gpu import Arch, GpuProfile
+from torchsim.lowering.templates.attention import smem_bytes, threads, write_cta
+from torchsim.lowering.templates.attention_config import (
+    FLOP_PER_LANE_OP,
+    AttnConfig,
+    AttnShape,
+    AttnVariant,
+    check_variant,
+    default_config,
+)
+from torchsim.lowering.templates.attention_parts import OUT_DTYPE, group_ctas
+from torchsim.lowering.templates.mla import MLA_BLOCK, MLA_REGS, MLA_THREADS, check_mla, mla_smem, mla_split_kernel
+
+COMBINE_ROWS = 32  # rows (batch x head x query) per combine CTA
+MAX_SPLITS = 128
+
+
+def occupancy(hw: GpuProfile, threads_per_cta: int, regs_per_thread: int, smem: int) -> int:
+    """CTAs of this footprint that fit on one SM at the same time."""
+    return max(1, min(int(hw.max_threads_per_sm.value) // threads_per_cta,
+                      int(hw.registers_per_sm.value) // (threads_per_cta * regs_per_thread),
+                      int(hw.smem_per_sm_bytes.value) // max(1, smem), int(hw.max_ctas_per_sm.value)))
+
+
+def split_heuristic(ctas: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
+    """FlashAttention's num_splits_heuristic: no split when the grid already fills 80% of the CTA slots;
+    otherwise the fewest splits whose wave efficiency is within 85% of the best, skipping split counts that
+    give the same blocks per split as one fewer."""
+    if ctas >= 0.8 * slots:
+        return 1
+    limit = max(1, min(max_splits, slots, n_blocks))
+    eff = [(ctas * s / slots) / math.ceil(ctas * s / slots) for s in range(1, limit + 1)]
+    best = max(eff)
+    for s in range(1, limit + 1):
+        if s > 1 and math.ceil(n_blocks / s) == math.ceil(n_blocks / (s - 1)):
+            continue
+        if eff[s - 1] >= 0.85 * best:
+            return s
+    return 1
+
+
+def decode_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None, page_size: int) -> AttnConfig:
+    """The split kernel's tiles: 64 packed query rows per CTA (128 when a tile of queries fills them),
+    FlashAttention's K/V block for the head dim; paged K/V smaller than a block uses 128-key blocks."""
+    if variant is AttnVariant.FA4:
+        raise ValueError("Flash-Decoding follows the fa2 (sm80) or fa3 (sm90+) split-KV kernels; valid variants: "
+                         "fa2, fa3")
+    v = variant or (AttnVariant.FA2 if hw.arch is Arch.SM80 else AttnVariant.FA3)
+    base = default_config(replace(shape, causal=False), hw, v)
+    rows = shape.seq_q * shape.group
+    bm = 64 if rows <= 64 or v is AttnVariant.FA2 else 128
+    bn = 128 if 0 < page_size < base.bn and v is AttnVariant.FA3 else base.bn
+    if v is AttnVariant.FA2:  # flash_fwd_splitkv kernel traits: kBlockM 64, kBlockN 256/128/64 by head dim
+        bn = 256 if shape.head_dim <= 64 else (128 if shape.head_dim <= 128 else 64)
+    return replace(base, bm=bm, bn=bn, regs_per_thread=255 if v is AttnVariant.FA2 else 240 if bm == 64 else 168)
+
+
+def check_page_size(page_size: int) -> None:
+    if not isinstance(page_size, int) or page_size < 0 or page_size & (page_size - 1):
+        raise ValueError(f"page_size must be 0 (contiguous K/V) or a power of two (tokens per page), got {page_size!r}")
+
+
+def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None, page_size: int = 0,
+                 variant: AttnVariant | None = None) -> list[KernelGraph]:
+    """Flash-Decoding: CTAs over (batch, K/V head, packed query block, K/V split), each running the
+    FlashAttention mainloop over its split and writing FP32 partials; a combine kernel merges the splits.
+
+    `page_size` > 0 reads K/V through a block table of pages of that many tokens (vLLM/FlashAttention
+    paged KV); pages smaller than a K/V block are gathered with cp.async instead of TMA."""
+    check_page_size(page_size)
+    if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
+        raise ValueError(f"num_splits must be a positive integer (or None for the heuristic), got {num_splits!r}")
+    cfg = decode_config(shape, hw, variant, page_size)
+    check_variant(cfg.variant, shape, hw)
+    rows = shape.seq_q * shape.group
+    mblocks = math.ceil(rows / cfg.bm)
+    n_blocks = math.ceil(shape.seq_kv / cfg.bn)
+    packed = AttnShape(shape.batch, shape.heads_kv, shape.heads_kv, rows, shape.seq_kv, shape.head_dim,
+                       shape.causal, shape.dtype, shape.dv)
+    slots = hw.sms * occupancy(hw, threads(cfg), cfg.regs_per_thread, smem_bytes(cfg, packed))
+    ctas = shape.batch * shape.heads_kv * mblocks
+    splits = num_splits or split_heuristic(ctas, slots, n_blocks)
+    per = math.ceil(n_blocks / min(splits, n_blocks))
+    splits = math.ceil(n_blocks / per)
+    tail_masked = int(shape.seq_kv % cfg.bn != 0 or shape.causal)
+    table = []
+    for b in range(shape.batch):
+        for hk in range(shape.heads_kv):
+            for sp in range(splits):
+                n = min(per, n_blocks - sp * per)
+                masked = tail_masked if sp == splits - 1 else 0
+                for m in range(mblocks):
+                    table.append(((n, masked), (b, hk, m, sp * per, sp)))
+    opts = {"q_head": "hk", "kv_base": "n0", "split": "sp" if splits > 1 else "",
+            "kv_gather": 0 < page_size < cfg.bn, "pages": 0}
+    classes = []
+    for cr in group_ctas(table, ("b", "hk", "m", "n0", "sp"), order=lambda key: -key[0]):
+        n, masked = cr.key
+        pages = math.ceil(n * cfg.bn / page_size) if page_size else 0
+        graph = write_cta(cfg, packed, n, masked, name="flash_decode", **{**opts, "pages": pages})
+        classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
+                                regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, packed)))
+    out_rows = shape.batch * shape.heads_q * shape.seq_q
+    partial = splits * out_rows * (shape.dv + 1) * 4.0 if splits > 1 else 0.0
+    split_io = shape.io_bytes() - (out_rows * shape.dv * 2 if splits > 1 else 0.0) + partial
+    attrs = {"template": f"flash_decode/{cfg.variant.value}", "variant": cfg.variant.value, "bm": cfg.bm,
+             "bn": cfg.bn, "splits": splits, "blocks_per_split": per, "page_size": page_size,
+             "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
+             "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "dtype": shape.dtype.name.lower(),
+             "packed_rows": rows, "launches": 2 if splits > 1 else 1}
+    kernels = [KernelGraph(f"flash_decode_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}"
+                           f"_kv{shape.seq_kv}_d{shape.head_dim}_split{splits}", tuple(classes),
+                           flops=shape.flops(), dram_bytes=split_io, attrs=attrs)]
+    if splits > 1:
+        kernels.append(combine(out_rows, shape.dv, splits, OUT_DTYPE.get(shape.dtype, shape.dtype), hw))
+    return kernels
+
+
+def combine(rows: int, dv: int, splits: int, out_dtype: DType, hw: GpuProfile) -> KernelGraph:
+    """Merge split partials (FlashAttention's splitkv combine): per block of rows, read every split's
+    log-sum-exp, form the weights exp(lse_s - lse), and accumulate the weighted FP32 partials."""
+    if splits < 2:
+        raise ValueError(f"combine needs at least 2 splits, got {splits}")
+    rm = min(COMBINE_ROWS, rows)
+    b = GraphBuilder(f"flash_decode_combine/{rm}rows/{splits}splits", out_dtype)
+    g = b.group("warps", 0, 4, role="ldg+combine+stg")
+    lse = TileDesc(Space.GLOBAL, DType.FP32, (splits, rm), "LSE", (aff(), aff(r=1)))
+    ld_lse = b.node(g, Op.LDG, Unit.LDST, work=lse.nbytes, tile=lse, name="ldg_lse")
+    weights = b.node(g, Op.EXP, Unit.SFU, work=float(splits * rm), name="exp_weights")
+    scale = b.node(g, Op.ELEMENTWISE, Unit.FMA, work=4.0 * splits * rm * FLOP_PER_LANE_OP, name="lse_max_sum")
+    for n in (weights, scale):
+        b.data(ld_lse, n)
+    prev = [weights, scale]
+    loads = []
+    for s in range(splits):
+        t = TileDesc(Space.GLOBAL, DType.FP32, (1, rm, dv), "O_partial", (aff(s), aff(r=1), aff()))
+        loads.append(b.node(g, Op.LDG, Unit.LDST, work=t.nbytes, tile=t, name=f"ldg_partial[{s}]"))
+    for s, ld in enumerate(loads):
+        acc = b.node(g, Op.ELEMENTWISE, Unit.FMA, work=rm * dv * FLOP_PER_LANE_OP, name=f"accumulate[{s}]")
+        for p in (*prev, ld):
+            b.data(p, acc)
+        prev = [acc]
+    out = TileDesc(Space.GLOBAL, out_dtype, (rm, dv), "O", (aff(r=1), aff()))
+    st = b.node(g, Op.STG, Unit.LDST, work=out.nbytes, tile=out, name="stg_O")
+    b.data(prev[0], st)
+    ctas = math.ceil(rows / rm)
+    cls = CtaClass(b.build(), np.arange(ctas, dtype=np.int64).reshape(ctas, 1), ("r",), threads=128,
+                   regs_per_thread=64, smem_bytes=0)
+    io = splits * rows * (dv + 1) * 4.0 + rows * dv * out_dtype.nbytes
+    return KernelGraph(f"flash_decode_combine_r{rows}_d{dv}_split{splits}", (cls,), flops=0.0, dram_bytes=io,
+                       attrs={"template": "flash_decode/combine", "splits": splits, "rows": rows, "head_dim_v": dv})
+
+
+def flash_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile, head_dim: int = 576,
+              head_dim_v: int = 512, dtype: DType = DType.BF16, num_splits: int | None = None,
+              page_size: int = 64) -> list[KernelGraph]:
+    """FlashMLA (DeepSeek latent attention decoding, one shared latent K/V head): the split kernel of
+    torchsim.lowering.templates.mla over a FlashAttention split heuristic, then the combine kernel."""
+    check_page_size(page_size)
+    shape = check_mla(batch, heads_q, seq_q, seq_kv, hw, head_dim, head_dim_v, dtype)
+    if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
+        raise ValueError(f"num_splits must be a positive integer (or None for the heuristic), got {num_splits!r}")
+    mblocks = math.ceil(seq_q * heads_q / MLA_BLOCK)
+    n_blocks = math.ceil(seq_kv / MLA_BLOCK)
+    slots = hw.sms * occupancy(hw, MLA_THREADS, MLA_REGS, mla_smem(dtype))
+    splits = num_splits or split_heuristic(batch * mblocks, slots, n_blocks)
+    kernel = mla_split_kernel(shape, hw, splits, page_size)
+    kernels = [kernel]
+    if kernel.attrs["splits"] > 1:
+        kernels.append(combine(batch * heads_q * seq_q, head_dim_v, kernel.attrs["splits"],
+                               OUT_DTYPE.get(dtype, dtype), hw))
+    return kernels
