@@ -18,7 +18,7 @@ from typing import Any
 from torchsim.lowering.fallback import roofline, work
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 
-DEFAULT_MAX_SIM_EVENTS = 1_000_000  # node executions one simulation may take (~150k/s on one core today)
+DEFAULT_MAX_SIM_EVENTS = 200_000  # node executions one simulation may take (~150k/s on an idle core today)
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,12 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
                   workers: int | None = None, progress: bool = False) -> list[KernelSim]:
     """`simulate_call` for each call; distinct un-memoised calls run on `workers` forked processes.
 
-    `workers=None` picks min(4, CPUs) when the new work is large (over a TFLOP in total), else 1.
+    `workers=None` picks min(4, CPUs) when the new work is large (over 100 GFLOP in total), else 1.
     """
     todo = list({c.key(): c for c in calls if not is_memoised(c, hw, max_events)}.values())
     todo.sort(key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
     if workers is None:
-        heavy = sum(work(c)[0] for c in todo) > 1e12
+        heavy = sum(work(c)[0] for c in todo) > 1e11
         workers = min(4, os.cpu_count() or 1) if heavy and len(todo) > 1 else 1
     bar = _bar(len(todo), progress, f"simulating {len(todo)} kernels on {getattr(hw, 'name', hw)}")
     if workers > 1 and len(todo) > 1:
