@@ -1,0 +1,1 @@
+"""Comparison of predictions with published measurements (../shared/validation/published_dev.csv)."""
