@@ -1,0 +1,87 @@
+"""`torchsim kernel grouped-gemm --tokens-per-expert 96,40,45,... --n N --k K` (or --routing PATTERN --tokens T).
+
+Front end of lowering.templates.grouped_gemm; the routing counts come from the command line or a synthetic
+pattern (models.routing_synthetic). Prints the common report plus the tile schedule and the load across SMs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from torchsim.cli import UsageError
+from torchsim.cli.kernel import add_common, positive, report
+from torchsim.graph import DType
+from torchsim.hwmodels import get_profile
+from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
+from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_gemm, load_balance
+from torchsim.sim import simulate
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("grouped-gemm", help="MoE grouped GEMM: every expert's GEMM in one launch")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tokens-per-expert", default=None, help="comma-separated rows of each expert, e.g. 96,40,45")
+    src.add_argument("--routing", default=None, help="synthetic routing: balanced, skewed[:hot share], zipf[:s], "
+                     "dirichlet[:alpha] (needs --tokens, --experts, --top-k)")
+    p.add_argument("--tokens", type=int, default=None, help="tokens routed (checked: counts sum to tokens x top-k)")
+    p.add_argument("--experts", type=int, default=8, help="experts of a --routing pattern (default 8)")
+    p.add_argument("--top-k", type=int, default=None, help="experts per token (default 2 with --routing)")
+    p.add_argument("--n", type=int, required=True, help="output columns of each expert's GEMM")
+    p.add_argument("--k", type=int, required=True, help="reduction dimension (hidden size for the up projection)")
+    p.add_argument("--variant", default=None, choices=[v.value for v in Pipeline],
+                   help="pipeline organisation (default: the architecture's usual one)")
+    p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue])
+    p.add_argument("--seed", type=int, default=0, help="seed of the random routing patterns")
+    add_common(p)
+    p.set_defaults(func=_run)
+
+
+def parse_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(x) for x in text.replace(" ", "").split(",") if x != "")
+    except ValueError:
+        raise UsageError(f"--tokens-per-expert must be comma-separated integers like 96,40,45, got {text!r}") from None
+    if not counts:
+        raise UsageError("--tokens-per-expert is empty; give one token count per expert, e.g. 96,40,45")
+    return counts
+
+
+def _run(args: argparse.Namespace) -> int:
+    positive("n", args.n)
+    positive("k", args.k)
+    if args.routing is not None:
+        from torchsim.models.routing_synthetic import synthetic_routing
+
+        top_k = args.top_k or 2
+        tokens = positive("tokens", args.tokens)
+        counts = synthetic_routing(args.routing, num_layers=1, num_experts=positive("experts", args.experts),
+                                   top_k=positive("top-k", top_k), tokens=tokens, seed=args.seed).layer(0)
+    else:
+        counts, tokens, top_k = parse_counts(args.tokens_per_expert), args.tokens, args.top_k
+        if (tokens is None) != (top_k is None):
+            raise UsageError("give --tokens and --top-k together (they check that the counts sum to tokens x top-k)")
+    hw = get_profile(args.hw)
+    dtype = DType.parse(args.dtype)
+    cfg = grouped_config(counts, args.n, args.k, dtype, hw, Pipeline.parse(args.variant)) if args.variant else None
+    kg = grouped_gemm(counts, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), tokens=tokens,
+                      top_k=top_k)
+    if args.sms is not None:
+        positive("sms", args.sms)
+    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms)
+    balance = load_balance(res)
+    report(res, kg, args, {"tokens_per_expert": counts, "load_balance": balance})
+    if not args.json:
+        a = kg.attrs
+        print(f"  schedule    {a['tiles']} tiles ({'+'.join(str(t) for t in a['m_tiles'])} M tiles of {a['bm']} rows "
+              f"x {-(-args.n // a['bn'])} N tiles) on {a['grid']} persistent CTAs, {a['tiles_per_cta'][0]}-"
+              f"{a['tiles_per_cta'][1]} tiles each; {100 * a['tile_efficiency']:.0f}% of computed rows are tokens")
+        if balance:
+            busy = balance.get("tensor_busy_max_over_mean")
+            idle = int(balance["idle_sms"])
+            print(f"  SM load     tail idle {100 * balance['tail_idle_share']:.1f}% of SM-cycles"
+                  + (f" ({idle} SMs got no tile)" if idle else "")
+                  + f"; working SMs finish between {balance['sm_end_min_cycles']:.0f} and "
+                  f"{balance['sm_end_max_cycles']:.0f} cycles"
+                  + (f"; busiest SM's tensor pipe {busy:.2f}x the mean" if busy else ""))
+    return 0

@@ -1,0 +1,98 @@
+"""`torchsim kernel silu-mul|elementwise|softmax|rope|embedding|argmax|router-topk|reduce ...`.
+
+Front ends of the memory-bound templates (lowering.templates.elementwise, norms, reductions); each prints the
+common report plus the effective bandwidth (compulsory bytes / time) against the profile's HBM figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from torchsim.cli.kernel import add_common, positive, report
+from torchsim.graph import DType, KernelGraph
+from torchsim.hwmodels import get_profile
+from torchsim.lowering.templates.elementwise import elementwise, embedding, rope, silu_mul
+from torchsim.lowering.templates.norms import softmax
+from torchsim.lowering.templates.reductions import argmax, reduce, router_topk
+from torchsim.sim import simulate
+
+Build = Callable[[argparse.Namespace, DType, Any], KernelGraph]
+
+# name -> (help, [(option, help)], builder); every option is a positive integer unless listed in NON_NEGATIVE
+KINDS: dict[str, tuple[str, list[tuple[str, str]], Build]] = {
+    "silu-mul": ("y = silu(x[:, :H]) * x[:, H:] (vLLM act_and_mul)", [("rows", "tokens"), ("hidden", "output width H")],
+                 lambda a, d, hw: silu_mul(a.rows, a.hidden, d, hw)),
+    "elementwise": ("PyTorch vectorised elementwise kernel (residual add, casts, copies)",
+                    [("numel", "elements per tensor"), ("inputs", "input tensors (default 2)"),
+                     ("outputs", "output tensors (default 1)")],
+                    lambda a, d, hw: elementwise(a.numel, a.inputs, a.outputs, a.op, d, hw)),
+    "softmax": ("softmax over the last dimension", [("rows", "rows"), ("cols", "row length")],
+                lambda a, d, hw: softmax(a.rows, a.cols, d, hw)),
+    "rope": ("rotary embedding in place on Q and K (vLLM)",
+             [("tokens", "tokens"), ("heads-q", "query heads"), ("heads-kv", "key heads"), ("head-dim", "head dim")],
+             lambda a, d, hw: rope(a.tokens, a.heads_q, a.heads_kv, a.head_dim, d, hw)),
+    "embedding": ("embedding gather (index_select)",
+                  [("tokens", "tokens"), ("hidden", "hidden size"), ("vocab", "vocabulary rows")],
+                  lambda a, d, hw: embedding(a.tokens, a.hidden, a.vocab, d, hw)),
+    "argmax": ("argmax over the vocabulary (greedy sampling)", [("rows", "rows (batch)"), ("vocab", "vocabulary")],
+               lambda a, d, hw: argmax(a.rows, a.vocab, d, hw)),
+    "router-topk": ("MoE router softmax + top-k (vLLM topk_softmax)",
+                    [("tokens", "tokens"), ("experts", "experts"), ("top-k", "experts per token")],
+                    lambda a, d, hw: router_topk(a.tokens, a.experts, a.top_k, d, hw)),
+    "reduce": ("sum-like reduction", [("numel-in", "input elements"), ("numel-out", "output elements")],
+               lambda a, d, hw: reduce(a.numel_in, a.numel_out, d, hw)),
+}
+DEFAULTS = {"inputs": 2, "outputs": 1}
+NON_NEGATIVE = ("inputs", "outputs", "heads-kv")
+
+
+def register(sub: Any) -> None:
+    for name, (text, options, build) in KINDS.items():
+        p = sub.add_parser(name, help=text)
+        for opt, helptext in options:
+            p.add_argument(f"--{opt}", type=int, required=opt not in DEFAULTS, default=DEFAULTS.get(opt),
+                           help=helptext)
+        if name == "elementwise":
+            p.add_argument("--op", default="add", help="add, mul, copy, silu, exp, gelu, ... (sets the math per "
+                           "element)")
+        add_common(p)
+        p.set_defaults(func=_runner(options, build))
+
+
+def _runner(options: list[tuple[str, str]], build: Build) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        for opt, _ in options:
+            value = getattr(args, opt.replace("-", "_"))
+            if opt in NON_NEGATIVE:
+                if value < 0:
+                    positive(opt, value)
+            else:
+                positive(opt, value)
+        hw = get_profile(args.hw)
+        run_memory_kernel(build(args, DType.parse(args.dtype), hw), args)
+        return 0
+    return run
+
+
+def run_memory_kernel(kg: KernelGraph, args: argparse.Namespace) -> None:
+    """Simulate and report, adding the effective bandwidth (the kernel's compulsory bytes over its time)."""
+    hw = get_profile(args.hw)
+    if args.sms is not None:
+        positive("sms", args.sms)
+    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms)
+    bw = _bandwidth(kg, hw, res.time_s)
+    report(res, kg, args, {**bw, "launch": {"rows_per_cta": kg.attrs.get("rows_per_cta"),
+                                             "threads": kg.attrs.get("threads")}})
+    if not args.json:
+        print(f"  effective   {bw['effective_gb_per_s']:10.1f} GB/s   ({bw['pct_of_hbm_peak']:.1f}% of HBM peak "
+              f"{float(hw.dram_peak_bytes_per_s.value) / 1e9:.0f} GB/s, {bw['pct_of_sustained']:.1f}% of sustained); "
+              f"{kg.attrs.get('rows_per_cta', kg.attrs.get('elements_per_cta'))} rows per CTA of "
+              f"{kg.attrs.get('threads')} threads")
+
+
+def _bandwidth(kg: KernelGraph, hw: Any, time_s: float) -> dict[str, float]:
+    eff = kg.dram_bytes / time_s
+    return {"effective_gb_per_s": eff / 1e9, "pct_of_hbm_peak": 100 * eff / float(hw.dram_peak_bytes_per_s.value),
+            "pct_of_sustained": 100 * eff / hw.dram_bytes_per_s_value}
