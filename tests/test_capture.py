@@ -89,7 +89,7 @@ def test_layer_index_attributes_do_not_break_identity() -> None:
     sigs = {structure_signature(layer, (1,)) for layer in model.layers}
     assert len(sigs) == 1
     layer = model.layers[0]
-    layer.self_attn.num_heads = 2  # a real attribute change is structure
+    layer.self_attn.num_heads += 1  # a real attribute change is structure
     assert structure_signature(layer, (1,)) != structure_signature(model.layers[1], (1,))
 
 

@@ -129,6 +129,8 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> KernelSim:
         kg = build_kernel(call, hw)
     except NotImplementedError:
         return _roofline(call, hw, f"no {call.kind.value} template yet")
+    except ValueError as exc:  # the template exists but does not serve this shape/dtype on this profile
+        return _roofline(call, hw, f"template declined: {exc}")
     events = graph_events(kg)
     if events <= max_events:
         return _from_result(kg, _run(kg, hw), "simulated", events)
