@@ -133,8 +133,8 @@ def test_bad_input_is_a_clear_error(kwargs: dict[str, Any], match: str) -> None:
 
 
 def test_hf_config_file_and_missing_fields(tmp_path: Path) -> None:
-    cfg = dict(model_type="llama", hidden_size=128, intermediate_size=320, num_hidden_layers=2,
-               num_attention_heads=2, num_key_value_heads=1, vocab_size=256, max_position_embeddings=512)
+    cfg = dict(model_type="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=512)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     p = predict(str(path), "h100-sxm", prompt_len=16, decode_steps=1, workers=1)

@@ -120,9 +120,10 @@ register_model("llama3.1-8b", _llama("llama3.1-8b", max_position_embeddings=1310
 register_model("llama3-70b", _llama("llama3-70b", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
                                     num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
                                     max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5))
-# Test sizes: same structure (GQA, head_dim 64 as the attention templates serve), CPU-cheap.
-register_model("llama-tiny", _llama("llama-tiny", hidden_size=128, intermediate_size=320, num_hidden_layers=2,
-                                    num_attention_heads=2, num_key_value_heads=1, vocab_size=256,
+# Test sizes, CPU-cheap: llama-tiny (head_dim 16: its attention falls back to the roofline) and llama-small
+# (head_dim 64, served by the attention templates).
+register_model("llama-tiny", _llama("llama-tiny", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                                     max_position_embeddings=512))
 register_model("llama-small", _llama("llama-small", hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=1024,
