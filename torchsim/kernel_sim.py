@@ -130,7 +130,7 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> KernelSim:
     except NotImplementedError:
         return _roofline(call, hw, f"no {call.kind.value} template yet")
     except ValueError as exc:  # the template exists but does not serve this shape/dtype on this profile
-        return _roofline(call, hw, f"template declined: {exc}")
+        return _roofline(call, hw, f"no template serves this shape ({exc})")
     events = graph_events(kg)
     if events <= max_events:
         return _from_result(kg, _run(kg, hw), "simulated", events)
