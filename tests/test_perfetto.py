@@ -138,7 +138,7 @@ def test_detail_view_of_a_simulated_kernel(tmp_path: Path) -> None:
 
 def test_detail_sampling_is_stated(tmp_path: Path) -> None:
     detail = synthetic_detail(num_sms=16, ctas=32, k_steps=4)
-    report = write_trace(tmp_path / "s.pftrace", details=[detail], max_slices_per_detail=200)
+    report = write_trace(tmp_path / "s.pftrace", details=[detail], detail_slice_budget=200)
     check_trace(report.path)
     procs = [p.track_descriptor.process.process_name for p in parse(Path(report.path)).packet
              if p.track_descriptor.HasField("process")]

@@ -112,10 +112,11 @@ def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us:
 
 
 def write_trace(path: str | os.PathLike[str], predictions: Sequence[PredictionRecords] = (),
-                details: Sequence[KernelDetail] = (), max_slices_per_detail: int = 250_000) -> TraceReport:
+                details: Sequence[KernelDetail] = (), detail_slice_budget: int = 250_000) -> TraceReport:
     """Write one trace atomically: a process per prediction (aligned at 0), then each kernel detail view.
 
-    A detail view of a kernel that is part of a prediction starts at that kernel's start time.
+    A detail view of a kernel that is part of a prediction starts at that kernel's start time. The detail
+    views share `detail_slice_budget` node slices; a view over its share shows an evenly spaced SM sample.
     """
     if not predictions and not details:
         raise ValueError(f"nothing to write to {path}: give at least one prediction or kernel detail")
@@ -126,6 +127,6 @@ def write_trace(path: str | os.PathLike[str], predictions: Sequence[PredictionRe
             emit_prediction(w, pred)
         for detail in details:
             offset_ns = _ns(detail.kernel.start_us) if predictions else 0
-            emit_detail(w, detail, offset_ns, max_slices=max_slices_per_detail)
+            emit_detail(w, detail, offset_ns, max_slices=max(1, detail_slice_budget // len(details)))
         stats = w.close()
     return TraceReport(str(path), stats, w.bytes_written, time.perf_counter() - t_start)
