@@ -1,6 +1,7 @@
 """Look up hardware profiles by name: the GPUs of torchsim.hwmodels.gpu and the Tensix devices.
 
-`get_profile("h100-sxm")`; an unknown name is a KeyError that lists the known ones.
+`get_profile("h100-sxm")`; an unknown name is a KeyError that lists the known ones; a path ending in .toml
+is a what-if profile (torchsim.hwmodels.whatif).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ def profile_names() -> list[str]:
 
 
 def get_profile(name: str) -> Any:
-    """Return the profile called `name` (GpuProfile or a Tensix profile)."""
+    """Return the profile called `name` (GpuProfile or a Tensix profile), or load a what-if `.toml` file."""
+    if str(name).strip().lower().endswith(".toml"):
+        from torchsim.hwmodels.whatif import load_whatif
+
+        return load_whatif(str(name).strip())
     key = name.strip().lower()
     if key in GPU_PROFILES:
         return GPU_PROFILES[key]

@@ -1,0 +1,181 @@
+"""What-if hardware: a profile derived from a built-in one by overriding fields (from a TOML file or a sweep).
+
+Sits beside the built-in profiles in torchsim.hwmodels; `get_profile("path/to/file.toml")` loads one, so every
+command that takes a hardware name takes a what-if file. Overridden numbers carry provenance kind `assumed`
+with the file (or the sweep point) as their source.
+
+    base = "h100-sxm"
+    name = "h100-fast-hbm"                  # optional
+    dram_bytes_per_s = "4.7e12 B/s"         # value and unit in one string ...
+    sm_count = {value = 144, unit = "SMs"}  # ... or a table (an optional `note` is kept)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torchsim.hwmodels.quantity import Quantity
+
+RESERVED = ("base", "name", "description")
+# knob spellings people use for a field (the issue's `hbm_bandwidth`)
+ALIASES = {"hbm_bandwidth": "dram_bytes_per_s", "hbm_bytes_per_s": "dram_bytes_per_s",
+           "clock": "clock_hz", "sms": "sm_count", "l2_bandwidth": "l2_bytes_per_s"}
+# fields that count things: whole numbers >= 1
+COUNTS = frozenset({"sm_count", "subpartitions_per_sm", "max_threads_per_sm", "max_ctas_per_sm", "registers_per_sm",
+                    "tensor_inflight_subops", "noc_grid_x", "noc_grid_y", "tensix_enabled", "compute_grid_x",
+                    "compute_grid_y"})
+# fields that must be > 0 besides the counts (a zero here divides or stalls the engine)
+POSITIVE = frozenset({"clock_hz", "dram_bytes_per_s", "dram_peak_bytes_per_s", "l2_bytes_per_s",
+                      "tensor_bf16_flop_per_clk_per_sm", "smem_per_sm_bytes", "smem_per_cta_bytes",
+                      "fma_flop_per_clk_per_sm", "sfu_ops_per_clk_per_sm", "ldst_bytes_per_clk_per_sm",
+                      "tensor_subop_flop", "tensor_latency_cycles", "l2_bytes"})
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "u": 1e-6,
+           "µ": 1e-6, "n": 1e-9, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+
+
+class WhatIfError(ValueError):
+    """A what-if override is wrong; the message names the field and the file (or sweep point)."""
+
+
+def override_fields(base: Any) -> dict[str, Quantity]:
+    """The overridable numbers of a profile: every Quantity field, by name."""
+    return {f.name: getattr(base, f.name) for f in dataclasses.fields(base)
+            if isinstance(getattr(base, f.name), Quantity)}
+
+
+def canonical(field: str) -> str:
+    return ALIASES.get(field, field)
+
+
+def parse_value(raw: Any, q: Quantity, field: str, where: str, bare_numbers: bool = True) -> tuple[float, str]:
+    """(value in the field's own unit, note) from `"5e12 B/s"`, `{value=..., unit=...}` or (when `bare_numbers`)
+    a number already in the field's unit."""
+    note = ""
+    if isinstance(raw, Mapping):
+        unknown = set(raw) - {"value", "unit", "note"}
+        if unknown or "value" not in raw:
+            raise WhatIfError(f"{where}: field {field}: a table needs `value` and `unit` (and an optional `note`), "
+                              f"got keys {sorted(raw)}")
+        value, unit, note = raw["value"], raw.get("unit"), str(raw.get("note", ""))
+    elif isinstance(raw, str):
+        parts = raw.strip().split(None, 1)
+        value, unit = parts[0], parts[1] if len(parts) > 1 else None
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value, unit = raw, q.unit if bare_numbers else None  # sweeps give numbers in the field's unit
+    else:
+        raise WhatIfError(f"{where}: field {field}: expected \"<number> {q.unit}\" or {{value=..., unit=...}}, "
+                          f"got {raw!r}")
+    if unit is None:
+        raise WhatIfError(f"{where}: field {field}: give a unit, e.g. {field} = \"{value} {q.unit}\"")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise WhatIfError(f"{where}: field {field}: {value!r} is not a number") from None
+    return number * unit_scale(str(unit), q.unit, field, where), note
+
+
+def unit_scale(unit: str, base_unit: str, field: str, where: str) -> float:
+    """Factor from `unit` to the field's unit `base_unit`: the same unit, or it with an SI/binary prefix."""
+    unit = unit.strip()
+    if unit == base_unit:
+        return 1.0
+    if unit.endswith(base_unit):
+        prefix = unit[: len(unit) - len(base_unit)]
+        if prefix in _PREFIX:
+            return _PREFIX[prefix]
+    raise WhatIfError(f"{where}: field {field}: unit {unit!r} does not match the field's unit {base_unit!r} "
+                      f"(valid: {base_unit!r}, optionally with a prefix such as k, M, G, T, Ki, Mi, n, u)")
+
+
+def check_value(field: str, value: float, unit: str, where: str) -> None:
+    if not math.isfinite(value):
+        raise WhatIfError(f"{where}: field {field}: {value} is not a finite number")
+    if value < 0:
+        raise WhatIfError(f"{where}: field {field}: {value:g} {unit} is negative")
+    if field in COUNTS:
+        if value < 1 or value != int(value):
+            raise WhatIfError(f"{where}: field {field}: {value:g} {unit} must be a whole number >= 1")
+    elif field in POSITIVE and value <= 0:
+        raise WhatIfError(f"{where}: field {field}: {value:g} {unit} must be > 0")
+
+
+def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name: str | None = None,
+                   description: str | None = None, bare_numbers: bool = True) -> Any:
+    """`base` with `overrides` ({field: "5e12 B/s" | {value, unit} | number in the field's unit}) applied.
+
+    A file must give units (`bare_numbers=False`). Each new number is `assumed` with `where` (the file, the sweep point) as its source. Raising the sustained
+    DRAM bandwidth above the base's peak raises the peak by the same factor, so a what-if need not set both.
+
+    >>> from torchsim.hwmodels import get_profile
+    >>> hw = derive_profile(get_profile("h100-sxm"), {"dram_bytes_per_s": "4.7 TB/s"}, where="example")
+    >>> hw.dram_bytes_per_s.value, hw.dram_bytes_per_s.kind
+    (4700000000000.0, 'assumed')
+    """
+    fields = override_fields(base)
+    changes: dict[str, Quantity] = {}
+    for raw_field, raw in overrides.items():
+        field = canonical(raw_field)
+        if field not in fields:
+            close = sorted(f for f in fields if raw_field.split("_")[0] in f)[:6]
+            hint = f"; similar: {', '.join(close)}" if close else f"; valid fields: {', '.join(sorted(fields))}"
+            raise WhatIfError(f"{where}: unknown profile field {raw_field!r} for base {base.name!r}{hint}")
+        q = fields[field]
+        value, note = parse_value(raw, q, field, where, bare_numbers)
+        check_value(field, value, q.unit, where)
+        if field in COUNTS:
+            value = int(value)
+        src = f"what-if {where}: {field} = {raw if not isinstance(raw, (int, float)) else f'{value:g} {q.unit}'}"
+        changes[field] = Quantity(value, q.unit, "assumed", src, note or f"was {q.value:g} {q.unit} ({q.kind})")
+    sustained, peak = changes.get("dram_bytes_per_s"), fields.get("dram_peak_bytes_per_s")
+    if sustained is not None and peak is not None and "dram_peak_bytes_per_s" not in changes:
+        base_sustained = fields["dram_bytes_per_s"].value
+        if sustained.value > peak.value and base_sustained > 0:
+            scaled = peak.value * sustained.value / base_sustained
+            changes["dram_peak_bytes_per_s"] = Quantity(
+                scaled, peak.unit, "assumed", f"what-if {where}: peak scaled with dram_bytes_per_s "
+                f"({sustained.value / base_sustained:.3g}x of {base.name}'s)")
+    if "smem_per_cta_bytes" not in changes and "smem_per_sm_bytes" in changes and "smem_per_cta_bytes" in fields:
+        cta = fields["smem_per_cta_bytes"]
+        if cta.value > changes["smem_per_sm_bytes"].value:  # a CTA never gets more than its SM has
+            changes["smem_per_cta_bytes"] = Quantity(changes["smem_per_sm_bytes"].value, cta.unit, "assumed",
+                                                     f"what-if {where}: capped at smem_per_sm_bytes")
+    extra: dict[str, Any] = {"name": name or base.name}
+    if description is not None and any(f.name == "description" for f in dataclasses.fields(base)):
+        extra["description"] = description
+    try:
+        return dataclasses.replace(base, **changes, **extra)
+    except ValueError as exc:
+        raise WhatIfError(f"{where}: the overrides make an inconsistent profile: {exc}") from None
+
+
+def load_whatif(path: str | Path) -> Any:
+    """Load a what-if TOML file: `base` names a built-in profile; every other key overrides one of its fields."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"what-if hardware file {str(path)!r} does not exist")
+    try:
+        doc = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise WhatIfError(f"{p}: not valid TOML: {exc}") from None
+    base_name = doc.get("base")
+    if not isinstance(base_name, str):
+        raise WhatIfError(f"{p}: needs `base = \"<profile>\"` naming a built-in profile (e.g. \"h100-sxm\")")
+    if base_name.endswith(".toml"):
+        raise WhatIfError(f"{p}: base {base_name!r} must be a built-in profile name, not another what-if file")
+    from torchsim.hwmodels.registry import get_profile
+
+    try:
+        base = get_profile(base_name)
+    except KeyError as exc:
+        raise WhatIfError(f"{p}: base: {exc.args[0]}") from None
+    overrides = {k: v for k, v in doc.items() if k not in RESERVED}
+    if not overrides:
+        raise WhatIfError(f"{p}: overrides no field of {base_name!r}; add e.g. dram_bytes_per_s = \"4.7e12 B/s\"")
+    name = doc.get("name") or f"{base.name}+{p.stem}"
+    return derive_profile(base, overrides, where=str(p), name=str(name), description=doc.get("description"),
+                          bare_numbers=False)
