@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the tomli backport (same API)
+    import tomli as tomllib
 
 from torchsim.hwmodels.quantity import Quantity
 
@@ -108,7 +113,8 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
                    description: str | None = None, bare_numbers: bool = True) -> Any:
     """`base` with `overrides` ({field: "5e12 B/s" | {value, unit} | number in the field's unit}) applied.
 
-    A file must give units (`bare_numbers=False`). Each new number is `assumed` with `where` (the file, the sweep point) as its source. Raising the sustained
+    A file must give units (`bare_numbers=False`). Each new number is `assumed` with `where` (the file, the
+    sweep point) as its source. Raising the sustained
     DRAM bandwidth above the base's peak raises the peak by the same factor, so a what-if need not set both.
 
     >>> from torchsim.hwmodels import get_profile
