@@ -15,7 +15,7 @@ from torchsim.cli import UsageError
 from torchsim.hwmodels import get_profile
 from torchsim.sim import POLICIES, KernelResult, simulate
 
-KERNELS = ("gemm", "grouped_gemm", "rmsnorm", "memory_bound")
+KERNELS = ("gemm", "attention", "decode", "grouped_gemm", "rmsnorm", "memory_bound")
 
 
 def register(sub: Any) -> None:

@@ -51,14 +51,10 @@ def split_heuristic(ctas: int, slots: int, n_blocks: int, max_splits: int = MAX_
     if ctas >= 0.8 * slots:
         return 1
     limit = max(1, min(max_splits, slots, n_blocks))
-    eff = [(ctas * s / slots) / math.ceil(ctas * s / slots) for s in range(1, limit + 1)]
-    best = max(eff)
-    for s in range(1, limit + 1):
-        if s > 1 and math.ceil(n_blocks / s) == math.ceil(n_blocks / (s - 1)):
-            continue
-        if eff[s - 1] >= 0.85 * best:
-            return s
-    return 1
+    eligible = [s for s in range(1, limit + 1) if s == 1 or math.ceil(n_blocks / s) != math.ceil(n_blocks / (s - 1))]
+    eff = {s: (ctas * s / slots) / math.ceil(ctas * s / slots) for s in eligible}
+    best = max(eff.values())
+    return next(s for s in eligible if eff[s] >= 0.85 * best)
 
 
 def decode_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None, page_size: int) -> AttnConfig:

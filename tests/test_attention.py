@@ -1,0 +1,190 @@
+"""Attention prefill templates (FlashAttention-2/-3/-4): shapes, CTA classes, physics and bad-input errors."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchsim.graph import DType, Edge, Op, Unit
+from torchsim.hwmodels import get_profile
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates import build_kernel, build_kernels
+from torchsim.lowering.templates.attention import attention
+from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant, default_config, kv_blocks
+from torchsim.sim import simulate
+
+GPUS = ("a100-sxm", "h100-sxm", "h200", "b200")
+
+
+def roofline_s(kg, hw) -> float:
+    peak = hw.peak_tensor_flops_per_s(kg.classes[0].graph.dtype)
+    return max(kg.flops / peak, kg.dram_bytes / float(hw.dram_peak_bytes_per_s.value))
+
+
+# -- shapes ------------------------------------------------------------------------------------------------
+@given(sq=st.integers(1, 300), skv=st.integers(1, 300), causal=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_score_pairs_match_the_mask(sq: int, skv: int, causal: bool) -> None:
+    shape = AttnShape(1, 1, 1, sq, skv, 64, causal)
+    brute = sum(1 for r in range(sq) for c in range(skv) if not causal or c <= r + skv - sq)
+    assert shape.score_pairs() == brute
+
+
+@given(sq=st.integers(1, 700), skv=st.integers(1, 700), bm=st.sampled_from([64, 128, 192]),
+       bn=st.sampled_from([64, 80, 128, 176]))
+@settings(max_examples=60, deadline=None)
+def test_causal_blocks_cover_every_visible_key_and_skip_fully_masked_ones(sq: int, skv: int, bm: int,
+                                                                          bn: int) -> None:
+    shape = AttnShape(1, 1, 1, sq, skv, 64, causal=True)
+    for m in range(math.ceil(sq / bm)):
+        n, masked = kv_blocks(shape, bm, bn, m)
+        last_row = min(sq, (m + 1) * bm) - 1
+        assert n * bn >= shape.visible(last_row)  # every visible key is in a visited block
+        if n:
+            assert (n - 1) * bn < shape.visible(last_row)  # the last visited block holds a visible key
+        assert 0 <= masked <= n
+
+
+def test_flops_and_bytes_do_not_depend_on_the_tiles() -> None:
+    hw = get_profile("h100-sxm")
+    shape = AttnShape(2, 8, 2, 1000, 1000, 128, causal=True)
+    a = attention(shape, hw)
+    b = attention(shape, hw, default_config(shape, hw, AttnVariant.FA2))
+    assert a.flops == b.flops == shape.flops()
+    assert a.dram_bytes == b.dram_bytes
+    assert shape.flops() == pytest.approx(4 * 2 * 8 * 128 * 1000 * 1001 / 2)
+
+
+# -- CTA programs ------------------------------------------------------------------------------------------
+def test_causal_ctas_form_one_class_per_trip_count_longest_first() -> None:
+    hw = get_profile("h100-sxm")
+    shape = AttnShape(2, 4, 4, 1024, 1024, 128, causal=True)
+    kg = attention(shape, hw)
+    trips = [sum(1 for i in range(c.graph.num_nodes) if c.graph.node_names[i].startswith("qk0[")) for c in kg.classes]
+    assert trips == sorted(trips, reverse=True) and len(set(trips)) == len(trips) == 1024 // 128
+    assert all(c.count == 2 * 4 for c in kg.classes)
+    full = attention(AttnShape(2, 4, 4, 1024, 1024, 128), hw)
+    assert len(full.classes) == 1 and full.num_ctas == kg.num_ctas
+
+
+def test_fa3_has_a_tma_producer_and_ping_ponging_consumer_warp_groups() -> None:
+    g = attention(AttnShape(1, 1, 1, 128, 1024, 128), get_profile("h100-sxm")).classes[0].graph
+    roles = {grp.name: grp for grp in g.groups}
+    assert set(roles) == {"producer", "consumer0", "consumer1"}
+    loads = [i for i in range(g.num_nodes) if g.op[i] == Op.TMA_LOAD]
+    assert {g.groups[g.group[i]].name for i in loads} == {"producer"}
+    mmas = [i for i in range(g.num_nodes) if g.op[i] == Op.MMA]
+    assert {g.groups[g.group[i]].name for i in mmas} == {"consumer0", "consumer1"}
+    # ping-pong: ORDER edges hand the tensor core from one consumer's MMA to the other's
+    cross = [(s, d) for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind)
+             if k == Edge.ORDER and g.op[s] == Op.MMA and g.op[d] == Op.MMA and g.group[s] != g.group[d]]
+    assert len(cross) >= 2 * 6 - 1
+
+
+def test_fa4_splits_roles_across_mma_softmax_correction_and_load_warps() -> None:
+    g = attention(AttnShape(1, 1, 1, 256, 1024, 128), get_profile("b200")).classes[0].graph
+    by_group: dict[str, set[str]] = {}
+    for i in range(g.num_nodes):
+        by_group.setdefault(g.groups[g.group[i]].name, set()).add(Unit(int(g.unit[i])).name)
+    assert by_group["mma"] == {"TENSOR"}
+    assert by_group["load"] <= {"TMA", "LDST"}
+    assert {"SFU", "FMA", "TMEM"} <= by_group["softmax0"] and "TENSOR" not in by_group["softmax0"]
+    assert "TMEM" in by_group["correction"]
+    assert next(grp for grp in g.groups if grp.name == "mma").num_warps == 1
+
+
+def test_fa4_moves_part_of_exp_from_the_sfu_to_the_fma_pipe() -> None:
+    hw = get_profile("b200")
+    shape = AttnShape(1, 16, 16, 2048, 2048, 128)
+    cfg = default_config(shape, hw)
+    sfu_only = simulate(attention(shape, hw, replace(cfg, exp_poly_fraction=0.0)), hw)
+    split = simulate(attention(shape, hw, cfg), hw)
+    assert split.unit_busy["sfu"] < sfu_only.unit_busy["sfu"]
+    assert split.unit_busy["fma"] > sfu_only.unit_busy["fma"]
+
+
+# -- physics -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("hw_name", GPUS)
+def test_no_attention_kernel_beats_its_roofline(hw_name: str) -> None:
+    hw = get_profile(hw_name)
+    for shape in (AttnShape(1, 8, 2, 512, 512, 128), AttnShape(2, 4, 4, 384, 640, 64, causal=True)):
+        kg = attention(shape, hw)
+        assert simulate(kg, hw).time_s >= roofline_s(kg, hw)
+
+
+def test_causal_prefill_takes_about_half_the_time_at_long_sequence() -> None:
+    """With several waves of CTAs (longest first) the skipped blocks show; in one wave the CTA at the
+    diagonal's end, which visits every block, sets the time for both."""
+    hw = get_profile("h100-sxm")
+    full = simulate(attention(AttnShape(1, 32, 32, 2048, 2048, 128), hw), hw)
+    causal = simulate(attention(AttnShape(1, 32, 32, 2048, 2048, 128, causal=True), hw), hw)
+    assert 0.45 < causal.time_s / full.time_s < 0.65
+    one_wave = AttnShape(1, 8, 8, 2048, 2048, 128)
+    assert simulate(attention(replace(one_wave, causal=True), hw), hw).time_s == pytest.approx(
+        simulate(attention(one_wave, hw), hw).time_s, rel=0.05)
+
+
+@pytest.mark.parametrize("hw_name", ["a100-sxm", "h100-sxm", "b200"])
+def test_waves_step_when_the_grid_crosses_a_multiple_of_the_sm_slots(hw_name: str) -> None:
+    """Grid = batch x heads x query blocks; all CTAs share one K/V head so the kernel is compute-bound."""
+    hw = get_profile(hw_name)
+    probe = AttnShape(1, 1, 1, 256, 1024, 128)
+    slots = hw.sms * simulate(attention(probe, hw), hw).ctas_per_sm
+    bm = default_config(probe, hw).bm
+    at = simulate(attention(replace(probe, seq_q=slots * bm), hw), hw)
+    over = simulate(attention(replace(probe, seq_q=slots * bm + 1), hw), hw)
+    assert at.ctas == slots and at.waves == pytest.approx(1.0) and over.waves > 1.0
+    # one more CTA costs an extra wave, not 1/slots more (a lone CTA of the last wave has its SM to itself)
+    assert over.time_s / at.time_s > 1.3
+
+
+def test_gqa_shares_kv_through_l2() -> None:
+    hw = get_profile("h100-sxm")
+    mha = simulate(attention(AttnShape(1, 16, 16, 1024, 1024, 128), hw), hw)
+    gqa = simulate(attention(AttnShape(1, 16, 2, 1024, 1024, 128), hw), hw)
+    assert gqa.dram_bytes < mha.dram_bytes
+
+
+def test_fp8_attention_is_faster_than_bf16_on_hopper() -> None:
+    hw = get_profile("h100-sxm")
+    bf16 = simulate(attention(AttnShape(1, 16, 16, 1024, 1024, 128), hw), hw)
+    fp8 = simulate(attention(AttnShape(1, 16, 16, 1024, 1024, 128, dtype=DType.FP8_E4M3), hw), hw)
+    assert fp8.time_s < bf16.time_s
+
+
+def test_simulation_is_deterministic() -> None:
+    hw = get_profile("b200")
+    shape = AttnShape(1, 4, 1, 512, 512, 64, causal=True)
+    assert simulate(attention(shape, hw), hw).cycles == simulate(attention(shape, hw), hw).cycles
+
+
+def test_kernel_call_builds_the_architectures_variant() -> None:
+    call = KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=8, heads_kv=8, seq_q=256, seq_kv=256,
+                           head_dim=128, causal=True)
+    assert {hw: build_kernel(call, get_profile(hw)).attrs["variant"] for hw in GPUS} == {
+        "a100-sxm": "fa2", "h100-sxm": "fa3", "h200": "fa3", "b200": "fa4"}
+    assert len(build_kernels(call, get_profile("h100-sxm"))) == 1
+
+
+# -- bad input ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, hw_name, variant, words", [
+    ({"heads_q": 32, "heads_kv": 5}, "h100-sxm", None, ["heads_q=32", "heads_kv=5", "valid heads_kv: 1, 2, 4, 8"]),
+    ({"seq_q": -4}, "h100-sxm", None, ["seq_q", "positive"]),
+    ({"seq_kv": 0}, "h100-sxm", None, ["seq_kv", "positive"]),
+    ({"head_dim": 96}, "h100-sxm", None, ["head_dim=96", "valid head dims: 64, 128, 256"]),
+    ({"head_dim": 256}, "b200", None, ["head_dim=256", "fa4", "valid head dims: 64, 128", "fa2, fa3"]),
+    ({}, "a100-sxm", AttnVariant.FA3, ["fa3", "TMA", "a100-sxm", "valid variants on a100-sxm: fa2"]),
+    ({}, "h100-sxm", AttnVariant.FA4, ["fa4", "TMEM", "valid variants on h100-sxm: fa2, fa3"]),
+    ({"dtype": DType.FP8_E4M3}, "a100-sxm", None, ["fp8", "a100-sxm"]),
+])
+def test_bad_input_names_the_parameter_and_what_is_valid(kwargs: dict, hw_name: str, variant: AttnVariant | None,
+                                                         words: list[str]) -> None:
+    args = {"batch": 1, "heads_q": 8, "heads_kv": 8, "seq_q": 128, "seq_kv": 128, "head_dim": 128, **kwargs}
+    with pytest.raises(ValueError) as err:
+        attention(AttnShape(**args), get_profile(hw_name), variant=variant)
+    for w in words:
+        assert w in str(err.value)

@@ -1,0 +1,79 @@
+"""`torchsim kernel decode ...` (Flash-Decoding: split-KV kernel + combine) and `torchsim kernel mla ...`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+from typing import Any
+
+from torchsim.cli.kernel import add_common, positive, run_and_report
+from torchsim.cli.kernels.attention import add_shape, shape_from
+from torchsim.graph import DType, KernelGraph
+from torchsim.hwmodels import get_profile
+from torchsim.lowering.templates.attention_config import AttnVariant
+from torchsim.lowering.templates.decode import flash_decode, flash_mla
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("decode", help="decoding attention: Flash-Decoding split-KV kernel + combine kernel")
+    add_shape(p, seq_q_default=1)
+    p.add_argument("--seq-kv", type=int, required=True, help="K/V cache length")
+    p.add_argument("--causal", action="store_true", help="causal mask among the new query tokens")
+    p.add_argument("--page-size", type=int, default=0, help="paged K/V: tokens per page (0: contiguous)")
+    p.add_argument("--splits", type=int, default=None, help="K/V splits (default: FlashAttention's heuristic)")
+    p.add_argument("--variant", default=None, choices=[AttnVariant.FA2.value, AttnVariant.FA3.value],
+                   help="split kernel structure (default: fa2 on sm80, fa3 on sm90+)")
+    add_common(p)
+    p.set_defaults(func=_run_decode)
+    m = sub.add_parser("mla", help="FlashMLA decoding (latent K/V, head dims 576/512) + combine kernel")
+    m.add_argument("--batch", type=int, required=True, help="batch size")
+    m.add_argument("--heads-q", type=int, default=128, help="query heads (default 128)")
+    m.add_argument("--seq-q", type=int, default=1, help="query tokens per sequence (default 1)")
+    m.add_argument("--seq-kv", type=int, required=True, help="K/V cache length")
+    m.add_argument("--head-dim", type=int, default=576, help="Q/K head dim (576 = 512 latent + 64 RoPE)")
+    m.add_argument("--head-dim-v", type=int, default=512, help="V head dim (512)")
+    m.add_argument("--page-size", type=int, default=64, help="tokens per K/V page (default 64)")
+    m.add_argument("--splits", type=int, default=None, help="K/V splits (default: heuristic)")
+    add_common(m)
+    m.set_defaults(func=_run_mla)
+
+
+def _run_decode(args: argparse.Namespace) -> int:
+    shape = shape_from(args, args.causal)
+    splits = positive("splits", args.splits) if args.splits is not None else None
+    kernels = flash_decode(shape, get_profile(args.hw), splits, args.page_size,
+                           AttnVariant.parse(args.variant) if args.variant else None)
+    _report_launches(kernels, args)
+    return 0
+
+
+def _run_mla(args: argparse.Namespace) -> int:
+    for name in ("batch", "heads_q", "seq_q", "seq_kv"):
+        positive(name.replace("_", "-"), getattr(args, name))
+    splits = positive("splits", args.splits) if args.splits is not None else None
+    kernels = flash_mla(args.batch, args.heads_q, args.seq_q, args.seq_kv, get_profile(args.hw), args.head_dim,
+                        args.head_dim_v, DType.parse(args.dtype), splits, args.page_size)
+    _report_launches(kernels, args)
+    return 0
+
+
+def _report_launches(kernels: list[KernelGraph], args: argparse.Namespace) -> None:
+    """One report per launch and the total; with --json, one object: the first launch's report with the
+    others under `launches` and `total_time_us` (kernel times only, no launch gaps)."""
+    if not args.json:
+        total = 0.0
+        for kg in kernels:
+            total += run_and_report(kg, args, {"splits": kg.attrs.get("splits")}).time_us
+        if len(kernels) > 1:
+            print(f"total         {total:10.2f} us over {len(kernels)} launches (kernel time only)")
+        return
+    reports = []
+    for kg in kernels:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            run_and_report(kg, args, {"splits": kg.attrs.get("splits")})
+        reports.append(json.loads(buf.getvalue()))
+    out = {**reports[0], "launches": reports, "total_time_us": sum(r["time_us"] for r in reports)}
+    print(json.dumps(out, default=str))
