@@ -53,11 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     shape = shape_from(args, args.causal)
     hw = get_profile(args.hw)
     cfg = default_config(shape, hw, AttnVariant.parse(args.variant) if args.variant else None)
-    changes = {f: positive(flag, getattr(args, a)) for f, flag, a in
-               (("bm", "block-m", "block_m"), ("bn", "block-n", "block_n"), ("stages", "stages", "stages"))
-               if getattr(args, a) is not None}
-    if changes:
-        cfg = replace(cfg, **changes)
+    cfg = replace(cfg, bm=positive("block-m", args.block_m) if args.block_m is not None else cfg.bm,
+                  bn=positive("block-n", args.block_n) if args.block_n is not None else cfg.bn,
+                  stages=positive("stages", args.stages) if args.stages is not None else cfg.stages)
     kg = attention(shape, hw, cfg)
     run_and_report(kg, args, {"cta_classes": len(kg.classes), "query_blocks": kg.attrs["query_blocks"]})
     return 0
