@@ -205,7 +205,7 @@ def assert_ui_matches(ui: PerfettoUI, report: TraceReport, shot: Path) -> None:
     assert ui.scalar("select count(*) from flow") == stats.flows
     assert ui.scalar("select count(*) from process where pid between 1 and 999999") == stats.processes
     assert ui.scalar("select count(*) from thread where tid >= 1000000") == stats.threads
-    time.sleep(min(6.0, 1.0 + stats.slices / 40_000))  # let the timeline paint before the screenshot
+    time.sleep(min(3.0, 1.0 + stats.slices / 50_000))  # let the timeline paint before the screenshot
     png = ui.screenshot(shot)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     print(f"{Path(report.path).name}: {stats.slices} slices, {stats.counters} counter values, {stats.flows} flows, "
