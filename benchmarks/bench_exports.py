@@ -22,6 +22,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--decode-steps", type=int, default=340, help="340 steps x 289 kernels ~ 100k slices")
     ap.add_argument("--out", default=None, help="directory for the files (default: a temporary one)")
+    ap.add_argument("--predict", action="store_true",
+                    help="also time a real Llama-3-8B prefill 2048 + 128 decode prediction on H100 and its exports")
     args = ap.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="torchsim-bench-")
     os.makedirs(out, exist_ok=True)
@@ -48,7 +50,31 @@ def main() -> None:
     print(f"detail trace: {len(detail.events):,} node events, {trace.stats.slices:,} slices, "
           f"{trace.stats.flows:,} flows, {trace.stats.counters:,} counter values, {trace.size_bytes / 1e6:.2f} MB, "
           f"written in {trace.write_s:.2f} s")
+    if args.predict:
+        bench_prediction(out)
     print(f"files in {out}")
+
+
+def bench_prediction(out: str) -> None:
+    """The issue's acceptance case: the trace costs <= 20% of the prediction's time and stays <= 50 MB."""
+    from torchsim.api import predict
+    from torchsim.exports.from_prediction import prediction_records
+    from torchsim.hwmodels import get_profile
+
+    pred = predict("llama3-8b", "h100-sxm", prompt_len=2048, decode_steps=128)
+    t = time.perf_counter()
+    recs = prediction_records(pred)
+    convert_s = time.perf_counter() - t
+    trace = write_trace(os.path.join(out, "llama3-8b-h100.perfetto-trace"), [recs])
+    total = convert_s + trace.write_s
+    print(f"llama3-8b on h100-sxm, prompt 2048 + 128 decode: prediction {pred.timings_s['total']:.2f} s "
+          f"(simulate {pred.timings_s['simulate']:.2f} s); {len(recs.kernels):,} launches")
+    print(f"  end-to-end trace: records {convert_s:.2f} s + write {trace.write_s:.2f} s = {total:.2f} s "
+          f"= {100 * total / pred.timings_s['total']:.1f}% of the prediction; {trace.size_bytes / 1e6:.1f} MB, "
+          f"{trace.stats.slices:,} slices")
+    t = time.perf_counter()
+    write_kernels(os.path.join(out, "llama3-8b-h100.parquet"), [recs], [get_profile("h100-sxm")])
+    print(f"  kernels.parquet: {time.perf_counter() - t:.2f} s")
 
 
 if __name__ == "__main__":
