@@ -21,6 +21,15 @@ from torchsim.models.llama import LlamaConfig
 TINY = dict(prompt_len=32, decode_steps=6, workers=1)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Keep this module's on-disk kernel cache out of the user's cache directory."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TORCHSIM_CACHE_DIR", str(tmp_path_factory.mktemp("kcache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="module")
 def serving() -> Any:
     return predict("llama-tiny", "h100-sxm", **TINY)
@@ -163,3 +172,24 @@ def test_cli_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "nope-7b"]) == 2
     assert "known:" in capsys.readouterr().err
     assert main(["predict", "llama-tiny", "--batch", "0"]) == 2
+
+
+def test_disk_cache_serves_a_fresh_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchsim.kernel_sim as ks
+
+    monkeypatch.setenv("TORCHSIM_CACHE_DIR", str(tmp_path))
+    ks.clear_memo()
+    first = predict("llama-tiny", "h100-sxm", prompt_len=24, decode_steps=2, workers=1)
+    assert len(list((tmp_path / "kernels").glob("*.json"))) == first.stats["distinct_kernels"]
+    ks.clear_memo()  # as in a new process
+
+    def boom(*a: Any) -> Any:
+        raise AssertionError("simulated although cached")
+
+    monkeypatch.setattr(ks, "_simulate", boom)
+    second = predict("llama-tiny", "h100-sxm", prompt_len=24, decode_steps=2, workers=1)
+    assert second.stats["from_disk_cache"] == first.stats["distinct_kernels"]
+    assert [k.duration_cycles for k in second.kernels] == [k.duration_cycles for k in first.kernels]
+    ks.clear_memo()
+    with pytest.raises(AssertionError, match="simulated although cached"):
+        predict("llama-tiny", "h100-sxm", prompt_len=24, decode_steps=2, workers=1, cache=False)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from torchsim.hwmodels.quantity import Quantity, assumed
+from torchsim.kernel_cache import DiskCache
 from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_call, simulate_many
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
@@ -68,13 +69,14 @@ class LaunchModel:
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
             kv_len: int | None = None, batch: int = 1, preset: str | Preset = "serving", launch: str | None = None,
             dtype: str = "bf16", routing: Any = None, fallback: str | None = None, decode_samples: int = 3,
-            max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, workers: int | None = None,
+            max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, workers: int | None = None, cache: bool = True,
             progress: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
     kv_len + t + 1 tokens. `launch` defaults to CUDA graphs for `serving` and eager launches for `eager`.
-    Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large.
+    Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
+    and kept in the on-disk cache (torchsim.kernel_cache; `cache=False` skips it).
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
@@ -117,7 +119,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
 
     distinct = {c.key(): c for p in plans for c in p.calls}
     todo = [c for c in distinct.values() if not is_memoised(c, prof, max_sim_events)]
-    simulate_many(list(distinct.values()), prof, max_events=max_sim_events, workers=workers, progress=progress)
+    disk = DiskCache() if cache else None
+    simulate_many(list(distinct.values()), prof, max_events=max_sim_events, workers=workers, progress=progress,
+                  disk=disk)
     sims = [[simulate_call(c, prof, max_events=max_sim_events) for c in p.calls] for p in plans]
     t_sim = time.perf_counter()
 
@@ -152,7 +156,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         "HBM floor uses the profile's sustained bandwidth "
         f"({prof.dram_bytes_per_s_value / 1e12:.2f} TB/s, {prof.dram_bytes_per_s.kind})",
     )
-    stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo), "fallback_kernels": n_fb,
+    stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
+             "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
              "proofs": list(plans[0].proofs), "weight_bytes": weight_bytes}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}

@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchsim.kernel_cache import DiskCache
 from torchsim.lowering.fallback import roofline, work
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 
@@ -76,12 +77,15 @@ def simulate_call(call: KernelCall, hw: Any, *, max_events: int = DEFAULT_MAX_SI
 
 
 def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS,
-                  workers: int | None = None, progress: bool = False) -> list[KernelSim]:
+                  workers: int | None = None, progress: bool = False, disk: DiskCache | None = None) -> list[KernelSim]:
     """`simulate_call` for each call; distinct un-memoised calls run on `workers` forked processes.
 
-    `workers=None` picks min(4, CPUs) when the new work is large (over 100 GFLOP in total), else 1.
+    `workers=None` picks min(4, CPUs) when the new work is large (over 100 GFLOP in total), else 1. With
+    `disk`, results are read from and written to the on-disk cache.
     """
     todo = list({c.key(): c for c in calls if not is_memoised(c, hw, max_events)}.values())
+    if disk is not None:
+        todo = [c for c in todo if not _from_disk(disk, c, hw, max_events)]
     todo.sort(key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
     if workers is None:
         heavy = sum(work(c)[0] for c in todo) > 1e11
@@ -92,14 +96,31 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futures = {pool.submit(_simulate, c, hw, max_events): c for c in todo}
             for fut in as_completed(futures):
-                _MEMO[memo_key(futures[fut], hw, max_events)] = fut.result()
+                _store(futures[fut], hw, max_events, fut.result(), disk)
                 bar.update(1)
     else:
         for c in todo:
-            simulate_call(c, hw, max_events=max_events)
+            _store(c, hw, max_events, _simulate(c, hw, max_events), disk)
             bar.update(1)
     bar.close()
     return [simulate_call(c, hw, max_events=max_events) for c in calls]
+
+
+def _disk_key(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> str:
+    return disk.key(call.key(), str(getattr(hw, "name", "")), _hw_hash(hw), max_events)
+
+
+def _from_disk(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> bool:
+    hit = disk.get(_disk_key(disk, call, hw, max_events), KernelSim)
+    if hit is not None:
+        _MEMO[memo_key(call, hw, max_events)] = hit
+    return hit is not None
+
+
+def _store(call: KernelCall, hw: Any, max_events: int, sim: KernelSim, disk: DiskCache | None) -> None:
+    _MEMO[memo_key(call, hw, max_events)] = sim
+    if disk is not None:
+        disk.put(_disk_key(disk, call, hw, max_events), sim)
 
 
 class _NoBar:

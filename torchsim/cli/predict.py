@@ -34,6 +34,7 @@ def register(sub: Any) -> None:
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--decode-samples", type=int, default=3, help="decode steps simulated (others interpolated)")
     p.add_argument("--workers", type=int, default=None, help="processes simulating kernels (default: auto)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel cache")
     p.add_argument("--top", type=int, default=12, help="rows of each kernel table (0: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object (ttft_ms, tpot_ms, kernels, ...)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(args.model, args.hw, prompt_len=args.prompt, decode_steps=args.decode, kv_len=args.kv,
                    batch=args.batch, preset=args.preset, launch=args.launch, routing=args.routing,
                    fallback=args.fallback, decode_samples=args.decode_samples, workers=args.workers,
+                   cache=not args.no_cache,
                    progress=not args.no_progress and not args.json and sys.stderr.isatty())
     if args.json:
         print(pred.to_json())

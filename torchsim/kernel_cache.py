@@ -1,0 +1,96 @@
+"""On-disk cache of simulated kernels, so a second `torchsim predict` in a new process skips the engine.
+
+Used by torchsim.kernel_sim beside its in-process memo. An entry is keyed by the torchsim version, a
+fingerprint of the code that decides a kernel's time (templates, engine, graph IR, profiles), the call, the
+profile's numbers and the simulation budget; the template configuration is a function of those, so a change
+to any of them misses. Entries are small JSON files written atomically; `--no-cache` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torchsim
+
+_PKG = Path(torchsim.__file__).parent
+# Code whose change can change a simulated time (relative to the package).
+_FINGERPRINTED = ("sim", "graph", "hwmodels", "lowering/templates", "lowering/fallback.py", "lowering/kernel_call.py",
+                  "kernel_sim.py")
+
+
+def default_root() -> Path:
+    """$TORCHSIM_CACHE_DIR, else $XDG_CACHE_HOME/torchsim, else ~/.cache/torchsim."""
+    env = os.environ.get("TORCHSIM_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "torchsim"
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Hash of the source files that decide kernel times (computed once per process)."""
+    h = hashlib.sha256()
+    for rel in _FINGERPRINTED:
+        p = _PKG / rel
+        files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+        for f in files:
+            h.update(str(f.relative_to(_PKG)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class DiskCache:
+    """Kernel results under `root/kernels/<key>.json`.
+
+    >>> import tempfile
+    >>> c = DiskCache(Path(tempfile.mkdtemp()))
+    >>> c.get("nothing") is None
+    True
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = (root or default_root()) / "kernels"
+        self.hits = 0
+        self.writes = 0
+
+    def key(self, call_key: Any, hw_name: str, hw_hash: str, max_events: int) -> str:
+        blob = json.dumps([torchsim.__version__, code_fingerprint(), repr(call_key), hw_name, hw_hash, max_events])
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    def get(self, key: str, cls: type | None = None) -> Any:
+        """The cached object (built with `cls(**fields)`), or None; an unreadable entry counts as a miss."""
+        path = self.root / f"{key}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if cls is None:
+            return data
+        names = {f.name for f in fields(cls)}
+        if set(data) != names:
+            return None
+        self.hits += 1
+        return cls(**data)
+
+    def put(self, key: str, obj: Any) -> None:
+        """Write atomically (temporary file + rename); a full or read-only disk only loses the entry."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(asdict(obj), f, default=str)
+            os.replace(tmp, self.root / f"{key}.json")
+            self.writes += 1
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except (OSError, UnboundLocalError):
+                pass
