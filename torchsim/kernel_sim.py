@@ -80,7 +80,8 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
                   workers: int | None = None, progress: bool = False, disk: DiskCache | None = None) -> list[KernelSim]:
     """`simulate_call` for each call; distinct un-memoised calls run on `workers` forked processes.
 
-    `workers=None` picks min(4, CPUs) when the new work is large (over 100 GFLOP in total), else 1. With
+    `workers=None` picks min(4, CPUs - 1) when the new work is large (over 100 GFLOP in total), else 1 (on a
+    2-core machine shared with other work a second process was measured slower than one). With
     `disk`, results are read from and written to the on-disk cache.
     """
     todo = list({c.key(): c for c in calls if not is_memoised(c, hw, max_events)}.values())
@@ -89,7 +90,7 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
     todo.sort(key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
     if workers is None:
         heavy = sum(work(c)[0] for c in todo) > 1e11
-        workers = min(4, os.cpu_count() or 1) if heavy and len(todo) > 1 else 1
+        workers = max(1, min(4, (os.cpu_count() or 1) - 1)) if heavy and len(todo) > 1 else 1
     bar = _bar(len(todo), progress, f"simulating {len(todo)} kernels on {getattr(hw, 'name', hw)}")
     if workers > 1 and len(todo) > 1:
         ctx = multiprocessing.get_context("fork")  # no re-import of __main__; the engine holds no threads
