@@ -109,7 +109,8 @@ def table(pred: Any, phase: str, step: int | None, top: int = 14) -> None:
         mark = "*" if r["fallback"] else " "
         print(f"  {r['kernel']:<42} {r['kind']:<17} x{r['count']:<3} {r['total_us']:9.1f} us {r['share']:6.1%} "
               f"{mark} {r['bound'][:26]:<26} {r['shapes']}")
-    print("  (* = roofline estimate: no template for the kind yet)")
+    if any(r["fallback"] for r in rows):
+        print("  (* = roofline estimate: no template for the kind yet)")
 
 
 def prefill_and_decode(hw: str) -> None:
