@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from tests.helpers import one_cta
 from torchsim.graph import DType, GraphBuilder, Op, Space, TileDesc, Unit, aff
 from torchsim.hwmodels import get_profile
 from torchsim.sim import DeadlockError, simulate
-from tests.helpers import one_cta
 
 H100 = get_profile("h100-sxm")
 LAUNCH = int(H100.cta_launch_cycles.value)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from torchsim.graph import (CtaClass, DType, Edge, GraphBuilder, GraphError, KernelGraph, Op, Space, TileDesc, Unit,
-                            aff)
+from torchsim.graph import CtaClass, DType, Edge, GraphBuilder, GraphError, KernelGraph, Op, Space, TileDesc, Unit, aff
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates import gemm
 

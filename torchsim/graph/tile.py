@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 from torchsim.graph.kinds import DType, Space
 
@@ -35,9 +36,9 @@ class Affine:
         return [self.const, [list(t) for t in self.terms]]
 
     @classmethod
-    def from_json(cls, obj: list[object]) -> Affine:
+    def from_json(cls, obj: list[Any]) -> Affine:
         const, terms = obj
-        return cls(int(const), tuple((str(n), int(c)) for n, c in terms))  # type: ignore[misc, union-attr]
+        return cls(int(const), tuple((str(n), int(c)) for n, c in terms))
 
 
 def aff(const: int = 0, **coefs: int) -> Affine:

@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, fields, replace
 from enum import Enum
+from typing import Any
 
 from torchsim.graph.kinds import DType, Unit
 from torchsim.hwmodels.quantity import Quantity, assumed, calibrated, derived, doc, measured
@@ -80,10 +81,10 @@ class GpuProfile:
             v = getattr(self, f.name)
             if isinstance(v, Quantity) and v.value < 0:
                 raise ValueError(f"profile {self.name!r}: field {f.name} is negative ({v.value} {v.unit})")
-        for f in ("sm_count", "clock_hz", "dram_bytes_per_s", "l2_bytes_per_s", "tensor_bf16_flop_per_clk_per_sm",
-                  "smem_per_sm_bytes", "subpartitions_per_sm"):
-            if getattr(self, f).value <= 0:
-                raise ValueError(f"profile {self.name!r}: field {f} must be > 0")
+        for name in ("sm_count", "clock_hz", "dram_bytes_per_s", "l2_bytes_per_s", "tensor_bf16_flop_per_clk_per_sm",
+                     "smem_per_sm_bytes", "subpartitions_per_sm"):
+            if getattr(self, name).value <= 0:
+                raise ValueError(f"profile {self.name!r}: field {name} must be > 0")
         if self.dram_bytes_per_s.value > self.dram_peak_bytes_per_s.value:
             raise ValueError(f"profile {self.name!r}: sustained DRAM bandwidth exceeds its peak")
 
@@ -135,7 +136,7 @@ class GpuProfile:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def sm_limits(device: str, combined: str | None = None) -> dict[str, Quantity]:
+def sm_limits(device: str, combined: str | None = None) -> dict[str, Any]:
     """Per-SM scheduling limits cited from `device`'s rows (or its one combined row)."""
     src = {k: fact(device, combined or f"compute.{k}") for k in
            ("subpartitions_per_sm", "max_threads_per_sm", "max_ctas_per_sm", "registers_per_sm")}
@@ -161,10 +162,13 @@ a100_sxm = GpuProfile(
     **sm_limits(A100),
     smem_per_sm_bytes=doc(164 * 1024, "B", fact(A100, "memory.smem_max_per_sm")),
     smem_per_cta_bytes=doc(163 * 1024, "B", fact(A100, "memory.smem_max_per_cta_optin")),
-    tensor_bf16_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
+    tensor_bf16_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM",
+                                            fact(A100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
     tensor_fp8_flop_per_clk_per_sm=doc(0, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
-    tensor_tf32_flop_per_clk_per_sm=derived(1024, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_tf32_flop_per_clk_per_sm")),
-    tensor_latency_cycles=assumed(32, "cycles", "assumed: mma.sync m16n8k16 dependent-issue latency order (~30 cycles)"),
+    tensor_tf32_flop_per_clk_per_sm=derived(1024, "FLOP/clk/SM",
+                                            fact(A100, "tensor.tc_dense_tf32_flop_per_clk_per_sm")),
+    tensor_latency_cycles=assumed(32, "cycles",
+                                  "assumed: mma.sync m16n8k16 dependent-issue latency order (~30 cycles)"),
     tensor_inflight_subops=assumed(16, "sub-ops", "assumed: enough in-flight MMAs per SM to cover the pipe latency"),
     tensor_subop_flop=derived(4096, "FLOP", fact(A100, "tensor.mma_instruction_shapes") + ": m16n8k16 = 2*16*8*16"),
     fma_flop_per_clk_per_sm=derived(128, "FLOP/clk/SM", fact(A100, "simt.fp32_flop_per_clk_per_sm")),
@@ -202,9 +206,12 @@ h100_sxm = replace(
                      " (the clock NVIDIA's dense tensor peak assumes; boost max 1980 MHz)"),
     smem_per_sm_bytes=doc(228 * 1024, "B", fact(H100, "memory.smem_max_per_sm")),
     smem_per_cta_bytes=doc(227 * 1024, "B", fact(H100, "memory.smem_max_per_cta_optin")),
-    tensor_bf16_flop_per_clk_per_sm=derived(4096, "FLOP/clk/SM", fact(H100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
-    tensor_fp8_flop_per_clk_per_sm=derived(8192, "FLOP/clk/SM", fact(H100, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
-    tensor_tf32_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", fact(H100, "tensor.tc_dense_tf32_flop_per_clk_per_sm")),
+    tensor_bf16_flop_per_clk_per_sm=derived(4096, "FLOP/clk/SM",
+                                            fact(H100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
+    tensor_fp8_flop_per_clk_per_sm=derived(8192, "FLOP/clk/SM",
+                                            fact(H100, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
+    tensor_tf32_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM",
+                                            fact(H100, "tensor.tc_dense_tf32_flop_per_clk_per_sm")),
     tensor_latency_cycles=assumed(64, "cycles", "assumed: wgmma m64nNk16 issue-to-accumulator latency order"),
     tensor_subop_flop=derived(2 * 64 * 256 * 16 / 4, "FLOP", fact(H100, "tensor.wgmma_shapes") +
                               ": m64n256k16 per warp of the warp group"),
@@ -252,8 +259,10 @@ b200 = replace(
     sm_count=doc(148, "SMs", fact(B200, "compute.sm_count")),
     clock_hz=derived(1.856e9, "Hz", fact(B200, "compute.clock_implied_by_tensor_peaks") +
                      " (2.25 PFLOPS dense BF16 / (148 SM x 8192 FLOP/clk))"),
-    tensor_bf16_flop_per_clk_per_sm=derived(8192, "FLOP/clk/SM", fact(B200, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
-    tensor_fp8_flop_per_clk_per_sm=derived(16384, "FLOP/clk/SM", fact(B200, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
+    tensor_bf16_flop_per_clk_per_sm=derived(8192, "FLOP/clk/SM",
+                                            fact(B200, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm")),
+    tensor_fp8_flop_per_clk_per_sm=derived(16384, "FLOP/clk/SM",
+                                            fact(B200, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
     tensor_tf32_flop_per_clk_per_sm=assumed(4096, "FLOP/clk/SM", "assumed: half of BF16 as on Hopper (" +
                                             fact(B200, "tensor.tc_dense_tf32_flop_per_clk_per_sm") + " unknown)"),
     tensor_latency_cycles=assumed(128, "cycles", "assumed from " + fact(B200, "latency.op_latencies_microbench") +

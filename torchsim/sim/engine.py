@@ -8,9 +8,9 @@ at completion; barrier waits need their arrivals. Time jumps from event to event
 from __future__ import annotations
 
 import heapq
-from collections import deque
 import math
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np

@@ -99,20 +99,12 @@ def _sm80(w: GemmWriter, kts: tuple[int, ...]) -> None:
     for t, kt in enumerate(kts):
         loads: dict[int, tuple[int, int]] = {}
         frags: dict[int, int] = {}
-
-        def issue_load(i: int) -> None:
-            pair = (w.load_a(warps, t, i), w.load_b(warps, t, i))
-            if cfg.order_edges and i >= cfg.stages and i - cfg.stages in frags:
-                for ld in pair:  # __syncthreads: the slot is free once every warp read it
-                    b.data(frags[i - cfg.stages], ld)
-            loads[i] = pair
-
         for i in range(min(cfg.stages - 1, kt)):
-            issue_load(i)
+            loads[i] = _sm80_load(w, warps, t, i, frags)
         last = -1
         for i in range(kt):
             if i + cfg.stages - 1 < kt:
-                issue_load(i + cfg.stages - 1)
+                loads[i + cfg.stages - 1] = _sm80_load(w, warps, t, i + cfg.stages - 1, frags)
             lds = b.node(warps, Op.LDS, Unit.LDST, work=lds_bytes, tile=smem, name=f"ldmatrix[t{t},k{i}]")
             for ld in loads.pop(i):
                 b.data(ld, lds)
@@ -121,6 +113,15 @@ def _sm80(w: GemmWriter, kts: tuple[int, ...]) -> None:
             b.data(lds, mma)
             last = mma
         w.epilogue_nodes(warps, t, cfg.bm, 0, 1, [last], split=split)
+
+
+def _sm80_load(w: GemmWriter, warps: int, t: int, i: int, frags: dict[int, int]) -> tuple[int, int]:
+    """cp.async of stage i; the slot is free once every warp read the stage it held (__syncthreads)."""
+    pair = (w.load_a(warps, t, i), w.load_b(warps, t, i))
+    if w.cfg.order_edges and i - w.cfg.stages in frags:
+        for ld in pair:
+            w.b.data(frags[i - w.cfg.stages], ld)
+    return pair
 
 
 def _naive(w: GemmWriter, kts: tuple[int, ...]) -> None:
