@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("hw", "kernel", "routing", "predict", "compare")
+COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep")
 
 
 class UsageError(ValueError):

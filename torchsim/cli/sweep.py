@@ -1,0 +1,130 @@
+"""`torchsim sweep MODEL|kernel KIND --vary FIELD=... --out sweep.parquet`: a design-space sweep over profile knobs.
+
+    torchsim sweep llama3-8b --hw h100-sxm --vary dram_bytes_per_s=2e12:6e12:9 --vary sm_count=66,132 \\
+        --phase decode --kv 4096 --out sweep.parquet --plot sweep.png
+    torchsim sweep kernel gemm --m 4096 --n 4096 --k 4096 --hw a100-sxm --vary tensor_latency_cycles=32:128:4 ...
+
+Parses the knobs (torchsim.sweep), prints the size estimate, runs the points (torchsim.sweep_exec) and writes
+the rows (torchsim.sweep_out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from torchsim.cli import UsageError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("sweep", help="sweep hardware knobs over a model step or one kernel",
+                       description="Evaluate the cartesian product of --vary knobs (profile fields, in their "
+                       "units) and write one Parquet row per point.")
+    p.add_argument("target", help="model name (see `torchsim predict --list`), or `kernel`")
+    p.add_argument("kind", nargs="?", default=None, help="with `kernel`: the kernel kind (gemm, rmsnorm, ...)")
+    p.add_argument("--hw", default="h100-sxm", help="base hardware profile or what-if .toml (default h100-sxm)")
+    p.add_argument("--vary", action="append", default=[], metavar="FIELD=A:B:N|V1,V2",
+                   help="a profile field and its values: N points from A to B, or a list (repeatable)")
+    p.add_argument("--phase", default="decode", choices=("decode", "prefill"), help="model step (default decode)")
+    p.add_argument("--kv", type=int, default=4096, help="decode: KV length before the step (default 4096)")
+    p.add_argument("--prompt", type=int, default=2048, help="prefill: prompt tokens (default 2048)")
+    p.add_argument("--batch", type=int, default=1, help="sequences (model) or GEMM batch (kernel); default 1")
+    p.add_argument("--preset", default="serving", choices=("serving", "eager"), help="fusion preset")
+    p.add_argument("--m", type=int, default=None, help="kernel gemm: M")
+    p.add_argument("--n", type=int, default=None, help="kernel gemm: N")
+    p.add_argument("--k", type=int, default=None, help="kernel gemm: K")
+    p.add_argument("--epilogue", default="none", help="kernel gemm: none, silu, bias, residual")
+    p.add_argument("--variant", default="", help="kernel gemm: pipeline variant (e.g. sm80-multistage)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="kernel: a KernelCall parameter (e.g. --param rows=1 --param hidden=4096)")
+    p.add_argument("--dtype", default="bf16", help="kernel: bf16, fp16, fp8")
+    p.add_argument("--out", required=True, help="Parquet file to write (one row per point)")
+    p.add_argument("--plot", default=None, help="also write a PNG of the total against the knobs")
+    p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--executor", default="local", choices=("local", "ray"), help="local process pool, or Ray tasks")
+    p.add_argument("--ray-address", default=None, help="Ray cluster HOST:PORT (default: start a local Ray)")
+    p.add_argument("--yes", action="store_true", help="run even when the estimate exceeds an hour")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _value(text: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _kernel_call(args: argparse.Namespace) -> Any:
+    from torchsim.graph import DType
+    from torchsim.lowering.kernel_call import KernelCall, KernelKind
+
+    if not args.kind:
+        raise UsageError("`torchsim sweep kernel` needs a kind, e.g. `torchsim sweep kernel gemm --m ...`")
+    try:
+        kind = KernelKind(args.kind)
+    except ValueError:
+        valid = ", ".join(k.value for k in KernelKind)
+        raise UsageError(f"unknown kernel kind {args.kind!r}; valid: {valid}") from None
+    params: dict[str, Any] = {}
+    if kind is KernelKind.GEMM:
+        for dim in ("m", "n", "k"):
+            v = getattr(args, dim)
+            if v is None or v <= 0:
+                raise UsageError(f"sweep kernel gemm needs --{dim} > 0, got {v}")
+            params[dim] = v
+        params["epilogue"] = args.epilogue
+        if args.batch != 1:
+            params["batch"] = args.batch
+        if args.variant:
+            params["variant"] = args.variant
+    for item in args.param:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--param {item!r}: expected KEY=VALUE")
+        params[key.strip()] = _value(val.strip())
+    if not params:
+        raise UsageError(f"sweep kernel {kind.value} needs its parameters (--param KEY=VALUE)")
+    return KernelCall.make(kind, DType.parse(args.dtype), name=f"sweep.{kind.value}", **params)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchsim.hwmodels import get_profile
+    from torchsim.sweep import kernel_workload, metadata, model_workload, parse_vary, run_sweep
+    from torchsim.sweep_exec import ExecutorError
+    from torchsim.sweep_out import plot, write_parquet
+
+    if not args.vary:
+        raise UsageError("give at least one --vary FIELD=START:STOP:COUNT or FIELD=V1,V2,...")
+    if args.jobs < 0:
+        raise UsageError(f"--jobs must be >= 0, got {args.jobs}")
+    base = get_profile(args.hw)
+    knobs = [parse_vary(v, base) for v in args.vary]
+    if args.target == "kernel":
+        work = kernel_workload(_kernel_call(args))
+    else:
+        if args.kind:
+            raise UsageError(f"unexpected {args.kind!r} after the model name {args.target!r}")
+        work = model_workload(args.target, phase=args.phase, batch=args.batch, kv=args.kv, prompt=args.prompt,
+                              preset=args.preset)
+    try:
+        rows = run_sweep(base, knobs, work, executor=args.executor, jobs=args.jobs, ray_address=args.ray_address,
+                         yes=args.yes, progress=not args.no_progress and sys.stderr.isatty(),
+                         log=lambda s: print(s, file=sys.stderr))
+    except ExecutorError as exc:
+        raise UsageError(str(exc)) from None
+    n = write_parquet(rows, args.out, metadata(base, knobs, work))
+    print(f"wrote {args.out}: {len(rows)} rows, {n} bytes")
+    if args.plot:
+        title = f"{work.label} {work.phase} on {base.name}".strip()
+        plot(rows, knobs, args.plot, title)
+        print(f"wrote {args.plot}")
+    col = "total_us" if "total_us" in rows[0] else "kernels_us"
+    best = min(rows, key=lambda r: r[col])
+    worst = max(rows, key=lambda r: r[col])
+    knob_text = lambda r: ", ".join(f"{k.field}={r[k.field]:g}" for k in knobs)  # noqa: E731
+    print(f"fastest {best[col]:.1f} us at {knob_text(best)}; slowest {worst[col]:.1f} us at {knob_text(worst)}")
+    return 0
