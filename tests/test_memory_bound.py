@@ -86,6 +86,8 @@ def test_launch_shapes_follow_the_reference_kernels() -> None:
     assert argmax(4096, 128256, DType.FP32, hw).attrs["segments"] == 1
     assert router_topk(1000, 8, 2, DType.BF16, hw).attrs["rows_per_cta"] == 128  # 8 bf16 experts = one lane
     assert reduce(2 * 1000, 1000, DType.BF16, hw).attrs["template"] == "reduce/strided-vectorized"
+    sort_like = reduce(1000, 2000, DType.BF16, hw)  # values + indices: streams its input, writes both
+    assert sort_like.attrs["template"] == "reduce/streaming" and sort_like.dram_bytes == 3000 * 2
 
 
 @settings(max_examples=12, deadline=None)
@@ -146,7 +148,7 @@ def test_roofline_stand_in_calls_are_not_simulated() -> None:
     (lambda hw: elementwise(16, -1, 1, "add", DType.BF16, hw), "inputs must be an integer >= 0"),
     (lambda hw: elementwise(16, 0, 0, "add", DType.BF16, hw), "inputs + outputs must be >= 1"),
     (lambda hw: router_topk(8, 8, 9, DType.BF16, hw), "top_k=9 exceeds experts=8; valid: 1..8"),
-    (lambda hw: reduce(8, 16, DType.BF16, hw), "numel_out=16 exceeds numel_in=8"),
+    (lambda hw: reduce(8, 0, DType.BF16, hw), "reduce: parameter numel_out"),
     (lambda hw: argmax(1, 0, DType.FP32, hw), "argmax: parameter vocab"),
     (lambda hw: softmax(2.5, 8, DType.FP32, hw), "softmax: parameter rows"),  # type: ignore[arg-type]
 ])

@@ -98,20 +98,25 @@ def reduce(numel_in: int, numel_out: int, dtype: DType, hw: GpuProfile) -> Kerne
     """Sum-like reduction of `numel_in` elements into `numel_out` (e.g. the MoE combine over top-k copies).
 
     A short reduced dimension (< 32 elements per output, strided) is vectorised along the kept dimension like an
-    elementwise kernel reading every copy; longer ones are row reductions."""
+    elementwise kernel reading every copy; longer ones are row reductions. Ops lowered here that keep or grow the
+    element count (cumsum, sort with its indices) stream their input once and write their outputs."""
     check_gpu("reduce", hw)
     check_positive("reduce", numel_in=numel_in, numel_out=numel_out)
-    if numel_out > numel_in:
-        raise ValueError(f"reduce: numel_out={numel_out} exceeds numel_in={numel_in}; a reduction has at most as "
-                         "many outputs as inputs")
+    if numel_out >= numel_in:
+        kg = elementwise(numel_in, 1, math.ceil(numel_out / numel_in), "copy", dtype, hw)
+        return _relabel(kg, "reduce/streaming", numel_in, numel_out)
     cols = math.ceil(numel_in / numel_out)
     if cols < 32:
-        kg = elementwise(numel_out, cols, 1, "add", dtype, hw)
-        attrs = {**kg.attrs, "template": "reduce/strided-vectorized", "numel_in": numel_in, "numel_out": numel_out}
-        return KernelGraph(f"reduce_{numel_in}_to_{numel_out}", kg.classes, float(numel_in),
-                           float((numel_in + numel_out) * dtype.nbytes), attrs)
+        return _relabel(elementwise(numel_out, cols, 1, "add", dtype, hw), "reduce/strided-vectorized", numel_in,
+                        numel_out)
     return row_reduce("reduce", numel_out, cols, dtype, hw, instr_per_elem=2.0, out_dtype=dtype,
                       flops=float(numel_in))
+
+
+def _relabel(kg: KernelGraph, template: str, numel_in: int, numel_out: int) -> KernelGraph:
+    attrs = {**kg.attrs, "template": template, "numel_in": numel_in, "numel_out": numel_out}
+    return KernelGraph(f"reduce_{numel_in}_to_{numel_out}", kg.classes, float(numel_in),
+                       float((numel_in + numel_out) * kg.classes[0].graph.dtype.nbytes), attrs)
 
 
 def router_topk(tokens: int, experts: int, top_k: int, dtype: DType, hw: GpuProfile) -> KernelGraph:
