@@ -172,3 +172,22 @@ def test_preset_names_are_checked() -> None:
     assert Preset.parse("Serving") is Preset.SERVING
     with pytest.raises(ValueError, match="eager, serving"):
         Preset.parse("turbo")
+
+
+def test_mixtral_layers_get_their_own_routing_counts() -> None:
+    from torchsim.models.routing import RoutingCounts
+
+    model = build_model("mixtral-tiny")
+    cfg = model.config
+    experts, top_k, layers = cfg.num_local_experts, cfg.num_experts_per_tok, cfg.num_hidden_layers
+    rows = [[0] * experts for _ in range(layers)]
+    for i in range(layers):  # layer i sends every token to experts i and i+1: a different hot pair per layer
+        rows[i][i % experts] = rows[i][(i + 1) % experts] = 16
+    routing = RoutingCounts.from_lists(rows, top_k=top_k, tokens=16, source="test")
+    plan = plan_model(model, batch=1, q_len=8, past_len=0, routing=routing)
+    grouped = [c for c in plan.calls if c.kind is K.GROUPED_GEMM]
+    assert len(grouped) == 2 * layers  # gate/up and down per MoE layer
+    for c in grouped:
+        tpe = c.p("tokens_per_expert")
+        assert sum(tpe) == 8 * top_k and tpe == routing.scaled(8).layer(c.layer)
+    assert grouped[0].p("tokens_per_expert") != grouped[2].p("tokens_per_expert")
