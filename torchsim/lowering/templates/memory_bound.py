@@ -3,6 +3,12 @@
 
 Sits in lowering/templates beside the GEMM family: a builder turns (params, dtype, profile) into a KernelGraph whose
 CTA classes hold a few nodes per CTA; DRAM traffic comes from the global tiles' coordinates (one row block per CTA).
+
+Example (a 4096-wide bf16 row: 512 threads with one 16-byte vector each; 256-byte rows: four rows per CTA):
+    >>> from torchsim.hwmodels import get_profile
+    >>> hw = get_profile("h100-sxm")
+    >>> row_launch(16, 4096 * 2, hw), row_launch(16, 256, hw).rows_per_cta
+    (RowLaunch(rows_per_cta=1, threads=512, regs_per_thread=32), 4)
 """
 
 from __future__ import annotations
