@@ -75,7 +75,9 @@ def test_end_to_end_layout(tmp_path: Path) -> None:
 
 def test_kernel_args_carry_cycles_and_leave_out_what_was_not_modelled(tmp_path: Path) -> None:
     pred = synthetic_prediction(layers=1, decode_steps=0)
-    trace = parse(Path(write_trace(tmp_path / "a.pftrace", [pred]).path))
+    path = Path(write_trace(tmp_path / "a.pftrace", [pred]).path)
+    check_trace(path)
+    trace = parse(path)
     arg_names = {n.iid: n.name for p in trace.packet for n in p.interned_data.debug_annotation_names}
     strings = {n.iid: n.str.decode() for p in trace.packet for n in p.interned_data.debug_annotation_string_values}
     iid = names(trace)
@@ -150,6 +152,7 @@ def test_detail_sampling_is_stated(tmp_path: Path) -> None:
 def test_same_input_same_bytes(tmp_path: Path) -> None:
     a = write_trace(tmp_path / "a.pftrace", [synthetic_prediction(layers=2)], [synthetic_detail()])
     b = write_trace(tmp_path / "b.pftrace", [synthetic_prediction(layers=2)], [synthetic_detail()])
+    assert check_trace(a.path) == a.stats
     assert Path(a.path).read_bytes() == Path(b.path).read_bytes()
 
 
