@@ -8,6 +8,7 @@ nothing. Sections:
   decode  per-kernel tables at KV 1024/2048/4096/8191 (8191: the 8192-token context is then full) and the
           time per token over the time to read weights + KV once from HBM
   presets eager vs serving: kernels, launch gaps, DRAM traffic, and where the extra time goes
+  accuracy (--accuracy) K-extrapolated and wave-scaled GEMMs against their full simulation
 """
 
 from __future__ import annotations
@@ -163,6 +164,34 @@ def presets(hw: str) -> None:
     print()
 
 
+def accuracy(hw_name: str) -> None:
+    """Budgeted simulation (K-extrapolated, wave-scaled) against the full simulation of the same GEMM."""
+    from torchsim.hwmodels import get_profile
+    from torchsim.kernel_sim import _k_extrapolated, _m_scaled, graph_events, simulate_call
+    from torchsim.lowering.kernel_call import KernelCall, KernelKind
+    from torchsim.lowering.templates import build_kernel
+
+    hw = get_profile(hw_name)
+    print(f"== budgeted GEMM simulation vs full simulation ({hw_name}) ==")
+    for m, n, k in ((2048, 28672, 4096), (2048, 4096, 14336), (2048, 6144, 4096)):
+        call = KernelCall.make(KernelKind.GEMM, m=m, n=n, k=k)
+        kg = build_kernel(call, hw)
+        events = graph_events(kg)
+        t = time.perf_counter()
+        full = simulate_call(call, hw, max_events=10 * events)
+        t_full = time.perf_counter() - t
+        for name, fn in (("k-extrapolated", _k_extrapolated), ("wave-scaled", _m_scaled)):
+            t = time.perf_counter()
+            est = fn(call, hw, kg, events, events // 6)
+            if est is None:
+                print(f"  {m}x{n}x{k}: {name} not applicable at a budget of {events // 6} events")
+                continue
+            print(f"  {m}x{n}x{k}: full {full.time_s * 1e6:8.1f} us ({t_full:5.2f} s, {events} events); {name} "
+                  f"{est.time_s * 1e6:8.1f} us ({time.perf_counter() - t:5.2f} s, {est.events} events) "
+                  f"error {est.time_s / full.time_s - 1:+.2%}  [{est.method}]")
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hw", default="h100-sxm")
@@ -170,6 +199,7 @@ def main() -> None:
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-kv", action="store_true")
     ap.add_argument("--skip-eager", action="store_true")
+    ap.add_argument("--accuracy", action="store_true", help="also check budgeted GEMM simulation (~30 s)")
     args = ap.parse_args()
     if args.child_speed:
         child_speed(args.hw)
@@ -180,6 +210,8 @@ def main() -> None:
         prefill_and_decode(args.hw)
     if not args.skip_eager:
         presets(args.hw)
+    if args.accuracy:
+        accuracy(args.hw)
 
 
 if __name__ == "__main__":
