@@ -70,7 +70,7 @@ def test_kernel_outputs_write_every_requested_file(tmp_path: Path) -> None:
     res = simulate(kg, hw, record=True)
     args = argparse.Namespace(parquet=str(tmp_path / "k.parquet"), perfetto=str(tmp_path / "k.pftrace"),
                               plot=str(tmp_path / "k.png"))
-    lines = write_kernel_outputs(args, kg, res, hw)
+    lines = write_kernel_outputs(args, [(kg, res)], hw)
     assert len(lines) == 4 and all(line.startswith("wrote ") for line in lines)
     assert nodes_path(args.parquet) == str(tmp_path / "k.nodes.parquet")
     assert len(pd.read_parquet(nodes_path(args.parquet))) == len(res.records)
@@ -109,3 +109,23 @@ def test_slowest_distinct_skips_repeats_and_fallbacks() -> None:
     keys = [(k.kernel_kind, k.params) for k in picked]
     assert len(set(keys)) == 3 and not any(k.roofline_fallback for k in picked)
     assert picked[0].duration_cycles == max(k.duration_cycles for k in pred.kernels if not k.roofline_fallback)
+
+
+def test_back_to_back_launches_share_one_set_of_files(tmp_path: Path) -> None:
+    """Split-KV decoding runs two kernels; their outputs go to one table, one trace, one chart."""
+    pytest.importorskip("matplotlib")
+    hw = get_profile("h100-sxm")
+    launches = []
+    for k_steps in (3, 5):
+        kg = toy_ws_gemm(m_tiles=1, n_tiles=2, k_steps=k_steps)
+        launches.append((kg, simulate(kg, hw, record=True)))
+    args = argparse.Namespace(parquet=str(tmp_path / "d.parquet"), perfetto=str(tmp_path / "d.pftrace"),
+                              plot=str(tmp_path / "d.png"))
+    write_kernel_outputs(args, launches, hw)
+    rows = pd.read_parquet(args.parquet)
+    assert rows.kernel_index.tolist() == [0, 1]
+    assert rows.start_cycles.tolist() == [0, launches[0][1].cycles]
+    assert len(pd.read_parquet(nodes_path(args.parquet))) == sum(len(r.records) for _, r in launches)
+    stats = check_trace(args.perfetto)
+    assert stats.slices == sum(len(r.records) + 1 for _, r in launches)
+    assert Path(args.plot).read_bytes()[:8] == PNG

@@ -50,33 +50,38 @@ def _line(what: str, path: str | os.PathLike[str], seconds: float, extra: str = 
     return f"wrote {what} {path} ({shown}{', ' + extra if extra else ''}, {seconds:.2f} s)"
 
 
-def write_kernel_outputs(args: argparse.Namespace, kernel: Any, result: Any, hw: Any,
-                         call: Any = None, run_id: str | None = None) -> list[str]:
-    """Outputs of `torchsim kernel`: the kernel row + nodes table, the kernel detail trace, a breakdown chart."""
+def write_kernel_outputs(args: argparse.Namespace, launches: Sequence[tuple[Any, Any]], hw: Any) -> list[str]:
+    """Outputs of `torchsim kernel`: `launches` are (KernelGraph, KernelResult) pairs run back to back (one, or
+    e.g. split-KV decoding and its combine): kernels rows + nodes table, the detail trace, a breakdown chart."""
     lines: list[str] = []
-    record = kernel_record(result, call=call)
-    run = RunInfo(run_id or f"{result.name}-{hw.name}", model="", hardware=hw.name)
-    detail: KernelDetail | None = None
+    if not launches:
+        return lines
+    run = RunInfo(f"{launches[0][1].name}-{hw.name}", model="", hardware=hw.name)
+    records: list[KernelRecord] = []
+    t_cycles, t_us = 0, 0.0
+    for i, (_, res) in enumerate(launches):
+        records.append(kernel_record(res, index=i, start_cycles=t_cycles, start_us=t_us))
+        t_cycles += int(res.cycles)
+        t_us += res.time_us
+    details: list[KernelDetail] = []
     if getattr(args, "parquet", None) or getattr(args, "perfetto", None):
-        detail = kernel_detail(result, kernel, run, record)
+        details = [kernel_detail(res, kg, run, rec) for (kg, res), rec in zip(launches, records)]
     if getattr(args, "parquet", None):
         t = time.perf_counter()
-        write_kernels(args.parquet, [PredictionRecords(run, [record])], [hw])
-        lines.append(_line("kernels table", args.parquet, time.perf_counter() - t, "1 row"))
+        write_kernels(args.parquet, [PredictionRecords(run, records)], [hw])
+        lines.append(_line("kernels table", args.parquet, time.perf_counter() - t, f"{len(records)} rows"))
         t = time.perf_counter()
-        assert detail is not None
-        rows = write_nodes(nodes_path(args.parquet), detail, hw)
+        rows = write_nodes(nodes_path(args.parquet), details, hw)
         lines.append(_line("nodes table", nodes_path(args.parquet), time.perf_counter() - t, f"{rows:,} rows"))
     if getattr(args, "perfetto", None):
-        assert detail is not None
-        rep = write_trace(args.perfetto, details=[detail])
+        rep = write_trace(args.perfetto, details=details)
         lines.append(_line("kernel detail trace", args.perfetto, rep.write_s,
                            f"{rep.stats.slices:,} slices, {rep.stats.flows:,} flows"))
     if getattr(args, "plot", None):
         from torchsim.exports.report import plot_kernel
 
         t = time.perf_counter()
-        plot_kernel(args.plot, record, hw.name)
+        plot_kernel(args.plot, records, hw.name)
         lines.append(_line("chart", args.plot, time.perf_counter() - t))
     return lines
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 import torchsim
 from torchsim.exports.atomic import atomic_output
-from torchsim.exports.records import KernelDetail, KernelRecord, NodeEvent, PredictionRecords, RunInfo
+from torchsim.exports.records import KernelDetail, KernelRecord, PredictionRecords, RunInfo
 
 SCHEMA_VERSION = 1
 META_PREFIX = "torchsim."
@@ -207,12 +207,16 @@ def kernels_table(runs: Sequence[PredictionRecords], profiles: Sequence[Any]) ->
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def nodes_table(detail: KernelDetail, profile: Any) -> pa.Table:
-    """The nodes table of a single-kernel run: one row per recorded node event."""
-    used = _profiles_for([detail.run.hardware], [profile])
-    schema = arrow_schema(NODE_COLUMNS, file_metadata("nodes", used, {"kernel": detail.kernel.kernel_name}))
-    events: Sequence[NodeEvent] = detail.events
-    arrays = [pa.array([c.get(detail, e) for e in events], type=c.type) for c in NODE_COLUMNS]
+def nodes_table(details: KernelDetail | Sequence[KernelDetail], profile: Any) -> pa.Table:
+    """The nodes table of a single-kernel run (or of launches run back to back): one row per node event."""
+    ds = [details] if isinstance(details, KernelDetail) else list(details)
+    if not ds:
+        raise ValueError("nodes table: no kernel details given")
+    used = _profiles_for([d.run.hardware for d in ds], [profile])
+    meta = file_metadata("nodes", used, {"kernel": ",".join(d.kernel.kernel_name for d in ds)})
+    schema = arrow_schema(NODE_COLUMNS, meta)
+    pairs = [(d, e) for d in ds for e in d.events]
+    arrays = [pa.array([c.get(d, e) for d, e in pairs], type=c.type) for c in NODE_COLUMNS]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -229,7 +233,7 @@ def write_kernels(path: str | os.PathLike[str], runs: Sequence[PredictionRecords
     return table.num_rows
 
 
-def write_nodes(path: str | os.PathLike[str], detail: KernelDetail, profile: Any) -> int:
+def write_nodes(path: str | os.PathLike[str], detail: KernelDetail | Sequence[KernelDetail], profile: Any) -> int:
     table = nodes_table(detail, profile)
     write_table(path, table)
     return table.num_rows

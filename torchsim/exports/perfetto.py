@@ -126,7 +126,6 @@ def write_trace(path: str | os.PathLike[str], predictions: Sequence[PredictionRe
         for pred in predictions:
             emit_prediction(w, pred)
         for detail in details:
-            offset_ns = _ns(detail.kernel.start_us) if predictions else 0
-            emit_detail(w, detail, offset_ns, max_slices=max(1, detail_slice_budget // len(details)))
+            emit_detail(w, detail, _ns(detail.kernel.start_us), max_slices=max(1, detail_slice_budget // len(details)))
         stats = w.close()
     return TraceReport(str(path), stats, w.bytes_written, time.perf_counter() - t_start)

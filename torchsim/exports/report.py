@@ -145,26 +145,41 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_kernel(path: str | os.PathLike[str], k: KernelRecord, hardware: str) -> None:
-    """PNG of one kernel: unit utilisation and where the waiting went (what is not modelled is left out)."""
+def plot_kernel(path: str | os.PathLike[str], launches: KernelRecord | Sequence[KernelRecord], hardware: str) -> None:
+    """PNG of one kernel (or launches run back to back): unit utilisation and where the waiting went, a bar
+    per launch; what is not modelled is left out."""
     plt = _pyplot()
-    busy = sorted((k.unit_busy or {}).items(), key=lambda kv: -kv[1])
-    stalls = sorted(((r, c) for r, c in (k.stalls_cycles or {}).items() if c > 0), key=lambda kv: -kv[1])
+    ks = [launches] if isinstance(launches, KernelRecord) else list(launches)
+    units = sorted({u for k in ks for u in (k.unit_busy or {})}, key=lambda u: -max((k.unit_busy or {}).get(u, 0)
+                                                                                     for k in ks))
+    reasons = sorted({r for k in ks for r, c in (k.stalls_cycles or {}).items() if c > 0},
+                     key=lambda r: -max((k.stalls_cycles or {}).get(r, 0) for k in ks))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ax1.barh([u for u, _ in busy][::-1], [100 * v for _, v in busy][::-1], color="#4C72B0")
-    ax1.set_xlim(0, 100)
+    height = 0.8 / len(ks)
+    for i, k in enumerate(ks):
+        label = k.kernel_name if len(ks) > 1 else None
+        ys = [j + i * height for j in range(len(units))][::-1]
+        ax1.barh(ys, [100 * (k.unit_busy or {}).get(u, 0.0) for u in units], height=height, label=label)
+        total = sum((k.stalls_cycles or {}).values()) or 1.0
+        ys = [j + i * height for j in range(len(reasons))][::-1]
+        ax2.barh(ys, [100 * (k.stalls_cycles or {}).get(r, 0.0) / total for r in reasons], height=height)
+    offset = height * (len(ks) - 1) / 2
+    ax1.set_yticks([j + offset for j in range(len(units))][::-1], units)
+    ax2.set_yticks([j + offset for j in range(len(reasons))][::-1], reasons)
     ax1.set_xlabel("busy (% of kernel time, averaged over SMs)")
     ax1.set_title("unit utilisation")
-    total = sum(c for _, c in stalls) or 1.0
-    ax2.barh([r for r, _ in stalls][::-1], [100 * c / total for _, c in stalls][::-1], color="#DD8452")
-    ax2.set_xlim(0, 100)
     ax2.set_xlabel("share of waiting cycles (%)")
     ax2.set_title("waits by reason")
     for ax in (ax1, ax2):
+        ax.set_xlim(0, 100)
         ax.grid(axis="x", alpha=0.3)
         ax.set_axisbelow(True)
-    fig.suptitle(f"{k.kernel_name} on {hardware}: {k.duration_us:.2f} us, {k.duration_cycles:,} cycles, "
-                 f"bound: {k.bound or '-'}", fontsize=11)
+    if len(ks) > 1:
+        ax1.legend(fontsize=8, loc="lower right")
+    total_us = sum(k.duration_us for k in ks)
+    fig.suptitle(f"{' + '.join(k.kernel_name for k in ks)} on {hardware}: {total_us:.2f} us, "
+                 f"{sum(k.duration_cycles for k in ks):,} cycles, bound: {', '.join(k.bound or '-' for k in ks)}",
+                 fontsize=11)
     fig.tight_layout()
     with atomic_output(path) as f:
         fig.savefig(f, format="png", dpi=130)
