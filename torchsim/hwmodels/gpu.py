@@ -57,6 +57,7 @@ class GpuProfile:
     fma_latency_cycles: Quantity
     sfu_ops_per_clk_per_sm: Quantity
     sfu_latency_cycles: Quantity
+    sfu_overlaps_tensor: Quantity  # 1: MUFU work runs beside tensor-pipe work; 0: they exclude each other
     ldst_bytes_per_clk_per_sm: Quantity  # L1 / shared-memory port
     smem_latency_cycles: Quantity
     l1_latency_cycles: Quantity
@@ -175,6 +176,10 @@ a100_sxm = GpuProfile(
     fma_latency_cycles=assumed(4, "cycles", "assumed: FP32 FMA dependent-issue latency"),
     sfu_ops_per_clk_per_sm=derived(16, "ops/clk/SM", fact(A100, "simt.mufu_ex2_throughput")),
     sfu_latency_cycles=assumed(20, "cycles", "assumed: MUFU latency order"),
+    sfu_overlaps_tensor=calibrated(0, "bool", "published_dev.csv ATTN-003/007/011 and FlashAttention-3's head-dim "
+                                   "sweep (50/65/75% of peak at d = 64/128/256): forward time ~ tensor time + exp "
+                                   "time, i.e. MUFU and mma.sync/wgmma work (accumulators in the register file) do "
+                                   "not overlap on sm80/sm90; FA2 on A100 (~70% of peak) agrees"),
     ldst_bytes_per_clk_per_sm=measured(125, "B/clk/SM", fact(A100, "memory.l1_bandwidth_measured")),
     smem_latency_cycles=measured(30, "cycles", fact(A100, "latency.smem_latency") + " (MT4G 60 is flagged low-"
                                  "confidence; Hopper's 29.9 used as the same-design proxy)"),
@@ -254,6 +259,8 @@ b200 = replace(
     h100_sxm,
     name="b200", arch=Arch.SM100, description="NVIDIA B200 SXM 180GB (2 dies, sm100)",
     **sm_limits(B200),
+    sfu_overlaps_tensor=assumed(1, "bool", "assumed: tcgen05 accumulates in TMEM, off the register file, so "
+                                "MUFU work overlaps the tensor pipe (the premise of FlashAttention-4's design)"),
     smem_per_sm_bytes=doc(228 * 1024, "B", fact(B200, "memory.smem_max_per_sm")),
     smem_per_cta_bytes=doc(227 * 1024, "B", fact(B200, "memory.smem_max_per_cta_optin")),
     sm_count=doc(148, "SMs", fact(B200, "compute.sm_count")),

@@ -17,9 +17,11 @@ class Pipeline:
     A node of `work` is split into sub-operations of `subop_work`; with `inflight` of them in flight and a
     latency of `latency` cycles the pipe sustains `min(throughput, inflight * subop_work / latency)` per cycle.
     The pipe accepts a new node once the previous node's sub-operations have all been injected (`free_at`).
+    A `partner` pipe excludes it: while either injects work the other accepts none (register-file
+    accumulators: MUFU work and mma.sync/wgmma work of one SM do not overlap).
     """
 
-    __slots__ = ("name", "throughput", "latency", "effective", "free_at", "busy_work", "queued")
+    __slots__ = ("name", "throughput", "latency", "effective", "free_at", "busy_work", "queued", "partner")
 
     def __init__(self, name: str, throughput: float, latency: int, inflight: float = math.inf,
                  subop_work: float = 0.0, queued: bool = False) -> None:
@@ -33,6 +35,7 @@ class Pipeline:
         self.free_at = 0
         self.busy_work = 0.0
         self.queued = queued  # memory front-ends queue requests instead of refusing them
+        self.partner: Pipeline | None = None
 
     def occupancy(self, work: float) -> int:
         return max(1, math.ceil(work / self.effective - 1e-9))
@@ -46,6 +49,8 @@ class Pipeline:
         end = start + self.occupancy(work)
         self.free_at = end
         self.busy_work += work
+        if self.partner is not None and self.partner.free_at < end:
+            self.partner.free_at = end
         return end, end + self.latency
 
 
