@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (UsageError, ValueError, KeyError, FileNotFoundError, PermissionError) as exc:
+    except (UsageError, ValueError, KeyError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"torchsim {args.command}: error: {msg}", file=sys.stderr)
         return 2

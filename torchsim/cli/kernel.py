@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 from typing import Any
 
 from torchsim.cli import UsageError
+from torchsim.exports.outputs import add_output_options, wants_records, write_kernel_outputs
 from torchsim.hwmodels import get_profile
 from torchsim.sim import POLICIES, KernelResult, simulate
 
@@ -31,6 +33,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="gto", choices=sorted(POLICIES), help="warp issue policy")
     p.add_argument("--sms", type=int, default=None, help="restrict the launch to this many SMs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_output_options(p)
 
 
 def positive(name: str, value: int | None) -> int:
@@ -39,13 +42,21 @@ def positive(name: str, value: int | None) -> int:
     return int(value)
 
 
-def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] | None = None) -> KernelResult:
+def emit_outputs(args: argparse.Namespace, launches: list[tuple[Any, KernelResult]]) -> None:
+    """--parquet/--perfetto/--plot for the launches of one command (run back to back)."""
+    for line in write_kernel_outputs(args, launches, get_profile(args.hw)):
+        print(line, file=sys.stderr if args.json else sys.stdout)
+
+
+def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] | None = None,
+                   export: bool = True) -> KernelResult:
     hw = get_profile(args.hw)
     if args.sms is not None:
         positive("sms", args.sms)
-    res = simulate(kernel, hw, policy=args.policy, record=bool(getattr(args, "perfetto", None)),
-                   max_sms=args.sms)
+    res = simulate(kernel, hw, policy=args.policy, record=wants_records(args), max_sms=args.sms)
     report(res, kernel, args, extra or {})
+    if export:
+        emit_outputs(args, [(kernel, res)])
     return res
 
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from torchsim.cli import UsageError
+from torchsim.exports.outputs import add_output_options
 from torchsim.models.registry import DEFAULT_MODEL
 
 
@@ -39,6 +40,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (ttft_ms, tpot_ms, kernels, ...)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the model names and exit")
+    add_output_options(p, detail=True)
     p.set_defaults(func=run)
 
 
@@ -61,8 +63,13 @@ def run(args: argparse.Namespace) -> int:
                    fallback=args.fallback, decode_samples=args.decode_samples, workers=args.workers,
                    cache=not args.no_cache,
                    progress=not args.no_progress and not args.json and sys.stderr.isatty())
+    from torchsim.cli.compare import export_predictions
+    from torchsim.hwmodels import get_profile
+
     if args.json:
         print(pred.to_json())
+        for line in export_predictions(args, [pred], [get_profile(args.hw)]):
+            print(line, file=sys.stderr)
         return 0
     for w in pred.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -76,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     print("assumptions:")
     for a in pred.assumptions:
         print(f"  - {a}")
+    for line in export_predictions(args, [pred], [get_profile(args.hw)]):
+        print(line)
     return 0
 
 

@@ -8,7 +8,7 @@ import io
 import json
 from typing import Any
 
-from torchsim.cli.kernel import add_common, positive, run_and_report
+from torchsim.cli.kernel import add_common, emit_outputs, positive, run_and_report
 from torchsim.cli.kernels.attention import add_shape, shape_from
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
@@ -62,18 +62,22 @@ def _run_mla(args: argparse.Namespace) -> int:
 def _report_launches(kernels: list[KernelGraph], args: argparse.Namespace) -> None:
     """One report per launch and the total; with --json, one object: the first launch's report with the
     others under `launches` and `total_time_us` (kernel times only, no launch gaps)."""
+    launches = []
     if not args.json:
         total = 0.0
         for kg in kernels:
-            total += run_and_report(kg, args, {"splits": kg.attrs.get("splits")}).time_us
+            launches.append((kg, run_and_report(kg, args, {"splits": kg.attrs.get("splits")}, export=False)))
+            total += launches[-1][1].time_us
         if len(kernels) > 1:
             print(f"total         {total:10.2f} us over {len(kernels)} launches (kernel time only)")
+        emit_outputs(args, launches)
         return
     reports = []
     for kg in kernels:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            run_and_report(kg, args, {"splits": kg.attrs.get("splits")})
+            launches.append((kg, run_and_report(kg, args, {"splits": kg.attrs.get("splits")}, export=False)))
         reports.append(json.loads(buf.getvalue()))
     out = {**reports[0], "launches": reports, "total_time_us": sum(r["time_us"] for r in reports)}
     print(json.dumps(out, default=str))
+    emit_outputs(args, launches)

@@ -10,7 +10,8 @@ import argparse
 from typing import Any
 
 from torchsim.cli import UsageError
-from torchsim.cli.kernel import add_common, positive, report
+from torchsim.cli.kernel import add_common, emit_outputs, positive, report
+from torchsim.exports.outputs import wants_records
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
@@ -68,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
                       top_k=top_k)
     if args.sms is not None:
         positive("sms", args.sms)
-    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms)
+    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms, record=wants_records(args))
     balance = load_balance(res)
     report(res, kg, args, {"tokens_per_expert": counts, "load_balance": balance})
     if not args.json:
@@ -84,4 +85,5 @@ def _run(args: argparse.Namespace) -> int:
                   + f"; working SMs finish between {balance['sm_end_min_cycles']:.0f} and "
                   f"{balance['sm_end_max_cycles']:.0f} cycles"
                   + (f"; busiest SM's tensor pipe {busy:.2f}x the mean" if busy else ""))
+    emit_outputs(args, [(kg, res)])
     return 0

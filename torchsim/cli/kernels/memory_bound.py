@@ -10,7 +10,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from torchsim.cli.kernel import add_common, positive, report
+from torchsim.cli.kernel import add_common, emit_outputs, positive, report
+from torchsim.exports.outputs import wants_records
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.elementwise import elementwise, embedding, rope, silu_mul
@@ -81,7 +82,7 @@ def run_memory_kernel(kg: KernelGraph, args: argparse.Namespace) -> None:
     hw = get_profile(args.hw)
     if args.sms is not None:
         positive("sms", args.sms)
-    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms)
+    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms, record=wants_records(args))
     bw = _bandwidth(kg, hw, res.time_s)
     report(res, kg, args, {**bw, "launch": {"rows_per_cta": kg.attrs.get("rows_per_cta"),
                                              "threads": kg.attrs.get("threads")}})
@@ -90,6 +91,7 @@ def run_memory_kernel(kg: KernelGraph, args: argparse.Namespace) -> None:
               f"{float(hw.dram_peak_bytes_per_s.value) / 1e9:.0f} GB/s, {bw['pct_of_sustained']:.1f}% of sustained); "
               f"{kg.attrs.get('rows_per_cta', kg.attrs.get('elements_per_cta'))} rows per CTA of "
               f"{kg.attrs.get('threads')} threads")
+    emit_outputs(args, [(kg, res)])
 
 
 def _bandwidth(kg: KernelGraph, hw: Any, time_s: float) -> dict[str, float]:
