@@ -14,6 +14,7 @@ from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.attention_config import AttnVariant
 from torchsim.lowering.templates.decode import flash_decode, flash_mla
+from torchsim.sim import KernelResult
 
 
 def register(sub: Any) -> None:
@@ -61,23 +62,24 @@ def _run_mla(args: argparse.Namespace) -> int:
 
 def _report_launches(kernels: list[KernelGraph], args: argparse.Namespace) -> None:
     """One report per launch and the total; with --json, one object: the first launch's report with the
-    others under `launches` and `total_time_us` (kernel times only, no launch gaps)."""
-    launches = []
-    if not args.json:
-        total = 0.0
-        for kg in kernels:
-            launches.append((kg, run_and_report(kg, args, {"splits": kg.attrs.get("splits")}, export=False)))
-            total += launches[-1][1].time_us
-        if len(kernels) > 1:
-            print(f"total         {total:10.2f} us over {len(kernels)} launches (kernel time only)")
-        emit_outputs(args, launches)
-        return
+    others under `launches` and `total_time_us` (kernel times only, no launch gaps). --parquet/--perfetto/
+    --plot cover the launches run back to back."""
+    done: list[tuple[KernelGraph, KernelResult]] = []
     reports = []
     for kg in kernels:
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            launches.append((kg, run_and_report(kg, args, {"splits": kg.attrs.get("splits")}, export=False)))
-        reports.append(json.loads(buf.getvalue()))
-    out = {**reports[0], "launches": reports, "total_time_us": sum(r["time_us"] for r in reports)}
-    print(json.dumps(out, default=str))
-    emit_outputs(args, launches)
+        extra = {"splits": kg.attrs.get("splits")}
+        if args.json:
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                res = run_and_report(kg, args, extra, export=False)
+            reports.append(json.loads(buf.getvalue()))
+        else:
+            res = run_and_report(kg, args, extra, export=False)
+        done.append((kg, res))
+    if args.json:
+        print(json.dumps({**reports[0], "launches": reports, "total_time_us": sum(r["time_us"] for r in reports)},
+                         default=str))
+    elif len(done) > 1:
+        total = sum(res.time_us for _, res in done)
+        print(f"total         {total:10.2f} us over {len(done)} launches (kernel time only)")
+    emit_outputs(args, done)
