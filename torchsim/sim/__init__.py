@@ -3,9 +3,18 @@
 Never imports torch or torchsim.lowering.
 """
 
+from torchsim.sim.ccws import CacheConscious  # registers the "ccws" policy
 from torchsim.sim.engine import simulate
-from torchsim.sim.policy import POLICIES, GreedyThenOldest, IssuePolicy, RoundRobin, get_policy
+from torchsim.sim.policy import (
+    POLICIES,
+    GreedyThenOldest,
+    IssuePolicy,
+    RoundRobin,
+    TwoLevel,
+    get_policy,
+    register_policy,
+)
 from torchsim.sim.result import DeadlockError, KernelResult, NodeRecord
 
-__all__ = ["POLICIES", "DeadlockError", "GreedyThenOldest", "IssuePolicy", "KernelResult", "NodeRecord",
-           "RoundRobin", "get_policy", "simulate"]
+__all__ = ["POLICIES", "CacheConscious", "DeadlockError", "GreedyThenOldest", "IssuePolicy", "KernelResult",
+           "NodeRecord", "RoundRobin", "TwoLevel", "get_policy", "register_policy", "simulate"]

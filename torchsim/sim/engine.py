@@ -17,6 +17,7 @@ import numpy as np
 
 from torchsim.graph import KernelGraph, Op, Unit
 from torchsim.hwmodels.gpu import GpuProfile
+from torchsim.sim.l1 import L1Cache, l1_capacity, tile_lines
 from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, get_policy
 from torchsim.sim.prepare import COMPUTE, GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
@@ -87,17 +88,18 @@ def _units(hw: GpuProfile, dtype_flop_per_clk: float) -> dict[int, Pipeline]:
 
 
 def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] = GreedyThenOldest,
-             record: bool = False, max_sms: int | None = None) -> KernelResult:
+             record: bool = False, max_sms: int | None = None, l1: bool = True) -> KernelResult:
     """Simulate one kernel launch on `hw`; `record=True` keeps a NodeRecord per executed node.
 
-    `max_sms` restricts the launch to the first SMs (single-SM studies).
+    `max_sms` restricts the launch to the first SMs (single-SM studies). `l1=False` sends LDGs straight to
+    L2 (no per-SM L1 data cache; the L1 statistics land in `result.attrs`).
     """
-    return _Engine(kernel, hw, policy, record, max_sms).run()
+    return _Engine(kernel, hw, policy, record, max_sms, l1).run()
 
 
 class _Engine:
     def __init__(self, kernel: KernelGraph, hw: GpuProfile, policy: str | type[IssuePolicy], record: bool,
-                 max_sms: int | None) -> None:
+                 max_sms: int | None, l1: bool = True) -> None:
         kernel.validate()
         self.kernel = kernel
         self.hw = hw
@@ -131,6 +133,14 @@ class _Engine:
             self.dram_lat = int(hw.dram_latency_cycles.value)
             self.tma_lat = int(hw.tma_latency_cycles.value)
         self.launch_cycles = int(hw.cta_launch_cycles.value)
+        l1_q = l1_capacity(hw) if l1 and self.memsys is None else None
+        self.l1: list[L1Cache] | None = None
+        if l1_q is not None:
+            self.l1 = [L1Cache(float(l1_q.value), observer=pl.l1_observer) for pl in self.policies]
+            self.l1_lat = int(hw.l1_latency_cycles.value)
+        self.l1_lines: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.group_nodes = [tuple(int(x) for x in np.bincount([g for g, c in zip(p.group, p.code) if c != ISSUE_ONLY],
+                                                              minlength=p.ngroups)) for p in self.preps]
         self.occ = [self._occupancy(c, p) for c, p in zip(kernel.classes, self.preps)]
         self.heap: list[tuple[int, int, int, Any, Any]] = []
         self.seq = 0
@@ -190,6 +200,7 @@ class _Engine:
         cta = _Cta(cta_index, p, ci, self.kernel.classes[ci].params[row], sm_idx, t)
         self.resident[cta_index] = cta
         self.cta_sm[cta_index] = sm_idx
+        self.policies[sm_idx].launched(cta_index, self.group_nodes[ci], t)
         for j in range(p.n):
             if cta.pred[j] == 0:
                 self._ready(cta, j, t)
@@ -203,6 +214,7 @@ class _Engine:
         sm.smem -= p.smem
         self.sm_end[cta.sm] = t
         del self.resident[cta.seq]
+        self.policies[cta.sm].retired(cta.seq, t)
         self.done_ctas += 1
         while self._dispatch(sm, t):
             pass
@@ -307,6 +319,13 @@ class _Engine:
             if queue > 0:
                 self.stalls[5] += queue
             return done_i, t + max(0, int(queue))
+        if read and self.l1 is not None and p.op[j] == Op.LDG and j in cta.keys:
+            lines = self._lines(cta, j)
+            missed = self.l1[cta.sm].access(lines, cta.seq * 4096 + p.group[j], t) if lines else 0
+            if lines and not missed:
+                return fe_end + self.l1_lat, t
+            if lines:
+                nbytes = nbytes * missed / len(lines)  # only the missing lines go on to L2
         key = cta.keys.get(j, (p.name, j, cta.seq))
         hit = self.l2.access(key, nbytes)
         l2_end = self.l2srv.serve(t, nbytes)
@@ -326,6 +345,17 @@ class _Engine:
         if queue > 0:
             self.stalls[5] += queue
         return done_i, t + max(0, queue)
+
+    def _lines(self, cta: _Cta, j: int) -> tuple[Any, ...]:
+        """The L1 lines node `j` of `cta` reads (memoised by class, node and tile coordinates)."""
+        key = cta.keys[j]
+        memo = (cta.cls, j, key)
+        lines = self.l1_lines.get(memo)
+        if lines is None:
+            g = self.kernel.classes[cta.cls].graph
+            tile = g.tiles[int(g.tile[j])]
+            lines = self.l1_lines[memo] = tile_lines(key, tile.shape, tile.dtype.nbytes)
+        return lines
 
     def _complete(self, cta: _Cta, j: int, t: int) -> None:
         self.events += 1
@@ -347,6 +377,7 @@ class _Engine:
         units = sm.units
         nxt = INF
         pol = self.policies[sm.index]
+        allowed = pol.allowed(t) if pol.throttles else None
         for sp in range(self.nsp):
             q = sm.queues[sp]
             if not q:
@@ -358,8 +389,12 @@ class _Engine:
                 continue
             if len(q) > 1:
                 q.sort(key=pol.key(sp))
+            held = False
             for idx in range(len(q)):
                 e = q[idx]
+                if allowed is not None and e[0] not in allowed:
+                    held = True  # throttled by the policy: look again in a while
+                    continue
                 j = e[1]
                 p = e[2].prep
                 sps = p.sps[j]
@@ -383,6 +418,8 @@ class _Engine:
                 if q and t + 1 < nxt:  # one issue per subpartition per cycle
                     nxt = t + 1
                 break
+            if held and t + pol.recheck_cycles < nxt:
+                nxt = t + pol.recheck_cycles
         if nxt < INF:
             w = int(nxt)
             if sm.wake is None or w < sm.wake:
@@ -483,10 +520,22 @@ class _Engine:
             unit_busy=busy, stalls=dict(zip(STALLS, self.stalls)), bound=bound, waves=waves,
             ctas=len(self.pending), ctas_per_sm=per_sm, node_events=self.events,
             attrs={**self.kernel.attrs, "wall_s": wall_s, "sms": self.nsm, "sm_end_cycles": tuple(self.sm_end),
-                   "sm_busy_cycles": sm_busy},
+                   "sm_busy_cycles": sm_busy, **self._l1_stats()},
             records=tuple(self.records) if self.record else None,
             cta_sm=tuple(self.cta_sm) if self.record else None,
         )
+
+
+    def _l1_stats(self) -> dict[str, Any]:
+        pol = self.policies[0]
+        out: dict[str, Any] = {"policy": pol.name}
+        if self.l1 is not None:
+            hits, misses = sum(c.hits for c in self.l1), sum(c.misses for c in self.l1)
+            out.update(l1_line_hits=hits, l1_line_misses=misses,
+                       l1_hit_rate=hits / (hits + misses) if hits + misses else 0.0)
+        if hasattr(pol, "vta_hits"):
+            out["vta_hits"] = sum(getattr(p, "vta_hits", 0) for p in self.policies)
+        return out
 
 
 BOUND_NAMES = {"tensor": "tensor pipe", "dram": "DRAM bandwidth", "l2": "L2 bandwidth", "fma": "CUDA cores",

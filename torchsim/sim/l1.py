@@ -1,0 +1,91 @@
+"""Per-SM L1 data cache for the load/store path (LDG): hits decided per 128 B line from tile coordinates.
+
+The engine (torchsim.sim.engine) asks `L1Cache.access` for every LDG; TMA and cp.async.cg bypass L1 as on the
+hardware. Lines are derived from the tile descriptor: global row = block coordinate x tile rows + row, line =
+byte column // 128, so overlapping tiles of one tensor share lines whatever their shapes. Capacity comes from
+the profile's `l1_bytes_per_sm`; misses go on to L2. An observer (the cache-conscious issue policy) hears which
+warp missed and whose lines were evicted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any, Protocol
+
+from torchsim.hwmodels.quantity import Quantity, measured
+
+LINE_BYTES = measured(128, "B", "facts.csv H100-SXM5-80GB memory.l1_line_size / sector (128 B lines, 32 B sectors; "
+                      "A100 the same)")
+SECTOR_BYTES = measured(32, "B", "facts.csv H100-SXM5-80GB memory.l1_line_size / sector")
+
+
+class L1Observer(Protocol):
+    def l1_miss(self, owner: int, line: Hashable, t: int) -> None: ...
+
+    def l1_evict(self, owner: int, line: Hashable) -> None: ...
+
+
+def tile_lines(key: tuple[Any, ...], shape: tuple[int, ...], elem_bytes: float,
+               line_bytes: int = int(LINE_BYTES.value)) -> tuple[Hashable, ...]:
+    """The 128 B lines a tile touches. `key` = (tensor, block coordinate per dim); rows are all dims but the last.
+
+    >>> tile_lines(("X", 1, 0), (2, 64), 2.0)  # rows 2..3, bytes 0..127 of each
+    (('X', 2, 0), ('X', 3, 0))
+    """
+    tensor, coords = key[0], key[1:]
+    if not shape:
+        return ()
+    cols = shape[-1]
+    col0 = (coords[-1] if coords else 0) * cols
+    first = int(col0 * elem_bytes) // line_bytes
+    last = int((col0 + cols) * elem_bytes - 1) // line_bytes
+    rows: list[tuple[int, ...]] = [()]
+    for d in range(len(shape) - 1):  # leading dims: block coordinate x extent + offset
+        base = (coords[d] if d < len(coords) else 0) * shape[d]
+        rows = [r + (base + i,) for r in rows for i in range(shape[d])]
+    return tuple((tensor, *r, c) for r in rows for c in range(first, last + 1))
+
+
+class L1Cache:
+    """Fully associative LRU over lines (a stand-in for the set-associative array), owner warp per line."""
+
+    __slots__ = ("capacity", "lines", "hits", "misses", "observer", "line_bytes")
+
+    def __init__(self, capacity_bytes: float, line_bytes: int = int(LINE_BYTES.value),
+                 observer: L1Observer | None = None) -> None:
+        if capacity_bytes < line_bytes:
+            raise ValueError(f"L1 of {capacity_bytes:.0f} B cannot hold one {line_bytes} B line (l1_bytes_per_sm)")
+        self.capacity = int(capacity_bytes // line_bytes)
+        self.line_bytes = line_bytes
+        self.lines: OrderedDict[Hashable, int] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.observer = observer
+
+    def access(self, lines: tuple[Hashable, ...], owner: int, t: int) -> int:
+        """Touch `lines` for warp `owner` at cycle `t`; returns how many missed (and are now allocated)."""
+        cache = self.lines
+        obs = self.observer
+        missed = 0
+        for ln in lines:
+            if ln in cache:
+                cache.move_to_end(ln)
+                continue
+            missed += 1
+            if obs is not None:
+                obs.l1_miss(owner, ln, t)
+            cache[ln] = owner
+            if len(cache) > self.capacity:
+                old, who = cache.popitem(last=False)
+                if obs is not None:
+                    obs.l1_evict(who, old)
+        self.hits += len(lines) - missed
+        self.misses += missed
+        return missed
+
+
+def l1_capacity(hw: Any) -> Quantity | None:
+    """The profile's L1 data-cache size, or None for profiles without one (Tensix)."""
+    q = getattr(hw, "l1_bytes_per_sm", None)
+    return q if isinstance(q, Quantity) and q.value > 0 else None
