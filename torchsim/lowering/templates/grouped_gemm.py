@@ -132,13 +132,16 @@ def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType,
 
 
 def load_balance(result: Any) -> dict[str, float]:
-    """Load across SMs from a KernelResult: tensor-pipe busy cycles per SM (max and min over the mean), the spread
-    of the SMs' finish times, and the share of SM-cycles left idle after an SM's last CTA retired (the tail)."""
+    """Load across SMs from a KernelResult: how many SMs got no CTA, tensor-pipe busy cycles per SM (max and min
+    over the mean), the spread of the working SMs' finish times, and the share of SM-cycles left idle after each
+    SM's last CTA retired (the tail, idle SMs included)."""
     ends = np.asarray(result.attrs.get("sm_end_cycles", ()), dtype=np.float64)
     busy = np.asarray(result.attrs.get("sm_busy_cycles", {}).get("tensor", ()), dtype=np.float64)
     if not ends.size:
         return {}
-    out = {"sm_end_min_cycles": float(ends.min()), "sm_end_max_cycles": float(ends.max()),
+    worked = ends[ends > 0] if (ends > 0).any() else ends
+    out = {"idle_sms": float((ends == 0).sum()), "sm_end_min_cycles": float(worked.min()),
+           "sm_end_max_cycles": float(worked.max()),
            "tail_idle_share": float(1.0 - ends.mean() / max(1.0, float(result.cycles)))}
     if busy.size and busy.mean() > 0:
         out.update(tensor_busy_max_over_mean=float(busy.max() / busy.mean()),
