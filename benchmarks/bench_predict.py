@@ -19,6 +19,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -89,16 +90,22 @@ def child_speed(hw: str) -> None:
 
 
 def speed(hw: str) -> None:
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, "--child-speed", "--hw", hw], capture_output=True, text=True,
-                         check=True)
-    wall = time.perf_counter() - t0
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"== speed: {MODEL} prefill 2048 + 128 decode steps on {hw} ==")
+    with tempfile.TemporaryDirectory(prefix="torchsim-cache-") as cache:
+        env = {**os.environ, "TORCHSIM_CACHE_DIR": cache}  # an empty on-disk cache: truly cold
+        runs = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            out = subprocess.run([sys.executable, __file__, "--child-speed", "--hw", hw], capture_output=True,
+                                 text=True, check=True, env=env)
+            runs.append((time.perf_counter() - t0, json.loads(out.stdout.strip().splitlines()[-1])))
+    (wall, r), (wall2, r2) = runs
+    print(f"== speed: {MODEL} prefill 2048 + 128 decode steps on {hw} (load average {os.getloadavg()[0]:.1f}) ==")
     print(f"  cold, fresh process (python start + imports + predict): {wall:6.2f} s   (target <= 30 s)")
     print(f"     imports {r['import_s']:.2f} s; predict {r['cold_predict_s']:.2f} s = "
           + ", ".join(f"{k} {v:.2f} s" for k, v in r["phases_cold_s"].items() if k != "total"))
     print(f"  warm (memoised) predict: {r['warm_predict_s']:6.3f} s   (target <= 2 s)")
+    print(f"  fresh process with the on-disk kernel cache filled: {wall2:6.2f} s "
+          f"(predict {r2['cold_predict_s']:.2f} s)")
     print(f"  peak RSS: process {r['maxrss_self_mib']:.0f} MiB; process + simulation workers together "
           f"{r['peak_total_mib']:.0f} MiB (target <= 2 GiB)")
     print(f"  {r['distinct_kernels']} distinct kernels; TTFT {r['ttft_ms']:.2f} ms, TPOT {r['tpot_ms']:.3f} ms\n")
