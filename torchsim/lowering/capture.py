@@ -185,53 +185,48 @@ def capture_model(model: Any, batch: int, q_len: int, past_len: int, *, reuse: b
     segs = model.capture_segments(batch, q_len, past_len)
     groups: OrderedDict[tuple[Any, ...], list[int]] = OrderedDict()
     for i, (_path, module, args) in enumerate(segs):
-        groups.setdefault(structure_signature(module, args), []).append(i)
+        groups.setdefault(structure_signature(module, args) if reuse else (i,), []).append(i)
     graphs: dict[int, tuple[OpGraph, str]] = {}
     proofs: list[str] = []
     exports = 0
     for key, members in groups.items():
-        first_path, first_mod, first_args = segs[members[0]]
-        if reuse and key in _MEMO:
-            _MEMO.move_to_end(key)
-            graph, proof = _MEMO[key]
-        else:
-            graph = capture_module(first_mod, first_args, name=first_path)
-            exports += 1
-            proof = ""
-            if len(members) > 1 and reuse:
-                last_path, last_mod, last_args = segs[members[-1]]
-                other = capture_module(last_mod, last_args, name=last_path)
-                exports += 1
-                if other.signature() != graph.signature():
-                    reuse_ok = False
-                    proof = f"{first_path} and {last_path} have equal structure but different op graphs"
-                else:
-                    reuse_ok = True
-                    proof = (f"same classes, {len(key[1])} parameter/buffer shapes and inputs; "
-                             f"{first_path} and {last_path} export to the same {len(graph.nodes)} ops")
-                if not reuse_ok:
-                    raise CaptureError(f"segments {first_path} .. {last_path}: {proof}; capture with reuse=False")
-            if reuse:
-                _MEMO[key] = (graph, proof)
-                while len(_MEMO) > _MEMO_SIZE:
-                    _MEMO.popitem(last=False)
-        if len(members) > 1:
-            if not reuse:
-                for j in members[1:]:
-                    path_j, mod_j, args_j = segs[j]
-                    graphs[j] = (capture_module(mod_j, args_j, name=path_j), "")
-                    exports += 1
-            names = [segs[j][0] for j in members]
-            proofs.append(f"{names[0]} .. {names[-1]} ({len(members)} segments) reuse one export: {proof}")
+        graph, proof, n = _capture_group(segs, members, key)
+        exports += n
+        first = segs[members[0]][0]
         for j in members:
-            graphs.setdefault(j, (graph, "" if j == members[0] else first_path))
-    out = []
-    for i, (path, _m, _a) in enumerate(segs):
-        g, src = graphs[i]
-        layer = _layer_of(path)
-        out.append(SegmentCapture(path=path, layer=layer, graph=g, reused_from=src))
-    return ModelCapture(batch=batch, q_len=q_len, past_len=past_len, segments=tuple(out), proofs=tuple(proofs),
+            graphs[j] = (graph, "" if j == members[0] else first)
+        if len(members) > 1:
+            proofs.append(f"{first} .. {segs[members[-1]][0]} ({len(members)} segments) reuse one export: {proof}")
+    out = tuple(SegmentCapture(path=path, layer=_layer_of(path), graph=graphs[i][0], reused_from=graphs[i][1])
+                for i, (path, _m, _a) in enumerate(segs))
+    return ModelCapture(batch=batch, q_len=q_len, past_len=past_len, segments=out, proofs=tuple(proofs),
                         exports=exports, seconds=time.perf_counter() - t0)
+
+
+def _capture_group(segs: list[tuple[str, Any, tuple[Any, ...]]], members: list[int],
+                   key: tuple[Any, ...]) -> tuple[OpGraph, str, int]:
+    """(graph, proof, exports made) for segments of one structure; the first and last are both exported."""
+    if key in _MEMO:
+        _MEMO.move_to_end(key)
+        graph, proof = _MEMO[key]
+        return graph, proof, 0
+    first_path, first_mod, first_args = segs[members[0]]
+    graph = capture_module(first_mod, first_args, name=first_path)
+    proof, exports = "", 1
+    if len(members) > 1:
+        last_path, last_mod, last_args = segs[members[-1]]
+        other = capture_module(last_mod, last_args, name=last_path)
+        exports += 1
+        if other.signature() != graph.signature():
+            raise CaptureError(f"segments {first_path} .. {last_path} have equal structure but different op graphs; "
+                               "capture them with reuse=False")
+        proof = (f"same classes, {len(key[1])} parameter/buffer shapes and inputs; {first_path} and {last_path} "
+                 f"export to the same {len(graph.nodes)} ops")
+    if len(key) > 1:  # structure signatures are memoised; reuse=False keys are segment indices
+        _MEMO[key] = (graph, proof)
+        while len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return graph, proof, exports
 
 
 def _layer_of(path: str) -> int | None:
