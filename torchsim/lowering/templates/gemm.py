@@ -138,6 +138,8 @@ def _naive(w: GemmWriter, kts: tuple[int, ...]) -> None:
             mma = w.mma(wg, cfg.bm, cfg.bn, f"mma[t{t},k{i}]")
             for ld in loads.pop(i):
                 b.data(ld, mma)
+            if w.promotes:
+                w.promote(wg, mma, cfg.bm, f"promote[t{t},k{i}]")
             if i + 2 < kt:
                 pair = (w.load_a(wg, t, i + 2), w.load_b(wg, t, i + 2))
                 if cfg.order_edges:
@@ -171,6 +173,8 @@ def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
                 mma = w.mma(cg, cfg.bm // 2, cfg.bn, f"mma{c}[t{t},k{i}]")
                 for ld in stage_loads[i]:
                     b.data(ld, mma)
+                if w.promotes:
+                    w.promote(cg, mma, cfg.bm // 2, f"promote{c}[t{t},k{i}]")
                 if prev_mma >= 0:  # wgmma.wait<1>: release the previous stage once its MMA completed
                     arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{i - 1}]",
                                     barrier=_empty_barrier(b))
@@ -217,6 +221,8 @@ def _pingpong(w: GemmWriter, kts: tuple[int, ...]) -> None:
                 mma = w.mma(cg, cfg.bm // 2, cfg.bn, f"mma{c}[t{t},k{i}]")
                 for ld in stage_loads[i]:
                     b.data(ld, mma)
+                if w.promotes:
+                    w.promote(cg, mma, cfg.bm // 2, f"promote{c}[t{t},k{i}]")
                 if i == 0 and token >= 0 and cfg.order_edges:
                     b.order(token, mma)  # the other consumer's mainloop has issued its last MMA
                 if prev_mma >= 0:

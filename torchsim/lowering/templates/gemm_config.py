@@ -68,6 +68,7 @@ class GemmConfig:
     warps: int = 8  # sm80: warps of the CTA
     order_edges: bool = True  # False: ablation that drops ORDER edges (synchronisation, buffer reuse)
     raster_group: int = 8  # CTA rasterisation: column-major groups of this many M tiles (L2 locality)
+    fp8_fast_accum: bool = False  # sm90 FP8: keep wgmma's reduced-precision accumulator (no FP32 promotion)
 
     def __post_init__(self) -> None:
         for name in ("bm", "bn", "bk", "stages", "b_split", "split_k", "warps", "raster_group"):

@@ -69,6 +69,18 @@ class GemmWriter:
         return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * rows * cols * self.cfg.bk, name=name,
                            smem_bytes=operands)
 
+    @property
+    def promotes(self) -> bool:
+        """sm90 FP8 without fast accumulation: every BK=128 slice of wgmma accumulates into temporary registers
+        that the warp group adds into the FP32 accumulator on the CUDA cores (CUTLASS's FP8 mainloop with
+        promotion, DeepGEMM); the next wgmma waits for that add."""
+        return (self.dtype.is_fp8 and self.async_copy and self.multicast_b and not self.cfg.fp8_fast_accum)
+
+    def promote(self, group: int, mma: int, rows: int, name: str) -> int:
+        node = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=2.0 * rows * self.cfg.bn, name=name)
+        self.b.data(mma, node)
+        return node
+
     # -- epilogue -----------------------------------------------------------------------------------------
     def epilogue_nodes(self, group: int, t: int, rows: int, sub: int, parts: int, after: list[int],
                        tmem: bool = False, split: bool = False) -> tuple[int, int]:
