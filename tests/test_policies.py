@@ -89,3 +89,20 @@ def test_two_level_is_deterministic() -> None:
     b = simulate(kg, hw, policy="two-level")
     assert a.cycles == b.cycles and a.stalls == b.stalls
     assert a.attrs["policy"] == "two-level"
+
+
+def test_default_policy_scope_and_predict_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchsim.cli import main
+    from torchsim.sim.policy import current_default, default_policy, policy_profile
+
+    kg = loop_kernel(True, iters=4)
+    hw = one_sm_profile()
+    with default_policy("ccws") as pol:
+        assert current_default() is pol and policy_profile("h100-sxm", pol).name == "h100-sxm+ccws"
+        assert simulate(kg, hw, max_sms=1).attrs["policy"] == "ccws"
+    assert simulate(kg, hw, max_sms=1).attrs["policy"] == "gto"
+    assert main(["predict", "llama-tiny", "--prompt", "16", "--decode", "1", "--policy", "two-level",
+                 "--no-progress", "--no-cache"]) == 0
+    assert "h100-sxm+two-level" in capsys.readouterr().out
+    assert main(["predict", "llama-tiny", "--policy", "fifo"]) == 2
+    assert "unknown issue policy 'fifo'" in capsys.readouterr().err

@@ -35,6 +35,7 @@ def register(sub: Any) -> None:
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--decode-samples", type=int, default=3, help="decode steps simulated (others interpolated)")
     p.add_argument("--workers", type=int, default=None, help="processes simulating kernels (default: auto)")
+    p.add_argument("--policy", default="gto", help="warp issue policy: gto, rr, lrr, two-level, ccws")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel cache")
     p.add_argument("--top", type=int, default=12, help="rows of each kernel table (0: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object (ttft_ms, tpot_ms, kernels, ...)")
@@ -58,11 +59,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--decode must be >= 0, got {args.decode}")
     if args.kv is not None and args.kv <= 0:
         raise UsageError(f"--kv must be a positive integer, got {args.kv}")
-    pred = predict(args.model, args.hw, prompt_len=args.prompt, decode_steps=args.decode, kv_len=args.kv,
-                   batch=args.batch, preset=args.preset, launch=args.launch, routing=args.routing,
-                   fallback=args.fallback, decode_samples=args.decode_samples, workers=args.workers,
-                   cache=not args.no_cache,
-                   progress=not args.no_progress and not args.json and sys.stderr.isatty())
+    from torchsim.sim.policy import default_policy, policy_profile
+
+    with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
+        pred = predict(args.model, policy_profile(args.hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
+                       kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch,
+                       routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
+                       workers=args.workers, cache=not args.no_cache,
+                       progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile
 

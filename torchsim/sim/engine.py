@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from torchsim.graph import KernelGraph, Op, Unit
+from torchsim.graph import KernelGraph, Op, Space, Unit
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.sim.l1 import L1Cache, l1_capacity, tile_lines
-from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, get_policy
+from torchsim.sim.noc import ClusterNoc, NocConfig
+from torchsim.sim.policy import IssuePolicy, current_default, get_policy
 from torchsim.sim.prepare import COMPUTE, GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult, NodeRecord
@@ -87,26 +88,31 @@ def _units(hw: GpuProfile, dtype_flop_per_clk: float) -> dict[int, Pipeline]:
     return u
 
 
-def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] = GreedyThenOldest,
-             record: bool = False, max_sms: int | None = None, l1: bool = True) -> KernelResult:
+def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] | None = None,
+             record: bool = False, max_sms: int | None = None, l1: bool = True,
+             noc: NocConfig | None = None) -> KernelResult:
     """Simulate one kernel launch on `hw`; `record=True` keeps a NodeRecord per executed node.
 
+    `policy` defaults to greedy-then-oldest (or the policy of an enclosing `default_policy(...)` block).
     `max_sms` restricts the launch to the first SMs (single-SM studies). `l1=False` sends LDGs straight to
-    L2 (no per-SM L1 data cache; the L1 statistics land in `result.attrs`).
+    L2 (no per-SM L1 data cache; the L1 statistics land in `result.attrs`). A kernel whose attrs set
+    `cluster_size` C > 1 launches thread-block clusters: C consecutive CTAs co-scheduled on free SMs of one
+    16-SM GPC chosen by `noc`'s placement; barriers named `cluster:...` are shared by the cluster's CTAs, and
+    nodes with DSMEM tiles (coordinate 0 = the destination CTA's rank) travel over the SM-cluster network.
     """
-    return _Engine(kernel, hw, policy, record, max_sms, l1).run()
+    return _Engine(kernel, hw, policy, record, max_sms, l1, noc).run()
 
 
 class _Engine:
-    def __init__(self, kernel: KernelGraph, hw: GpuProfile, policy: str | type[IssuePolicy], record: bool,
-                 max_sms: int | None, l1: bool = True) -> None:
+    def __init__(self, kernel: KernelGraph, hw: GpuProfile, policy: str | type[IssuePolicy] | None, record: bool,
+                 max_sms: int | None, l1: bool = True, noc: NocConfig | None = None) -> None:
         kernel.validate()
         self.kernel = kernel
         self.hw = hw
         self.record = record
         self.nsp = int(hw.subpartitions_per_sm.value)
         self.nsm = min(hw.sms, max_sms) if max_sms else hw.sms
-        pol = get_policy(policy) if isinstance(policy, str) else policy
+        pol = current_default() if policy is None else get_policy(policy) if isinstance(policy, str) else policy
         self.preps = [prepare(c, hw) for c in kernel.classes]
         dtype = kernel.classes[0].graph.dtype
         tensor_rate = hw.tensor_flop_per_clk_per_sm(dtype)
@@ -139,6 +145,13 @@ class _Engine:
             self.l1 = [L1Cache(float(l1_q.value), observer=pl.l1_observer) for pl in self.policies]
             self.l1_lat = int(hw.l1_latency_cycles.value)
         self.l1_lines: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.cluster = int(kernel.attrs.get("cluster_size", 1) or 1)
+        self.noc = ClusterNoc(noc or NocConfig()) if self.cluster > 1 else None
+        self.cluster_bars = [frozenset(b for b, nm in enumerate(p.barrier_names) if nm.startswith("cluster:"))
+                             for p in self.preps]
+        self.cbar: dict[tuple[int, int], int] = {}
+        self.cbar_wait: dict[tuple[int, int], list[tuple[_Cta, int]]] = {}
+        self.dsmem = [_dsmem_nodes(c) for c in kernel.classes]
         self.group_nodes = [tuple(int(x) for x in np.bincount([g for g, c in zip(p.group, p.code) if c != ISSUE_ONLY],
                                                               minlength=p.ngroups)) for p in self.preps]
         self.occ = [self._occupancy(c, p) for c, p in zip(kernel.classes, self.preps)]
@@ -194,6 +207,65 @@ class _Engine:
         self.next_cta += 1
         return True
 
+    def _dispatch_clusters(self, t: int) -> None:
+        """Launch whole clusters on idle SMs of one GPC (NoC domain), placed by the NoC's placement policy."""
+        assert self.noc is not None
+        size, per = self.cluster, self.noc.cfg.nodes
+        while self.next_cta < len(self.pending):
+            nodes = None
+            for g0 in range(0, self.nsm - size + 1, per):
+                free = [sm.index - g0 for sm in self.sms[g0:g0 + per] if sm.ctas == 0]
+                pick = self.noc.place(free, size)
+                if pick is not None and len(pick) == size:
+                    nodes = [g0 + x for x in pick]
+                    break
+            if nodes is None:
+                return
+            for sm_idx in nodes:
+                ci, _ = self.pending[self.next_cta]
+                p = self.preps[ci]
+                sm = self.sms[sm_idx]
+                sm.ctas += 1
+                sm.threads += p.threads
+                sm.regs += p.regs
+                sm.smem += p.smem
+                self.cta_sm[self.next_cta] = sm_idx
+                self._push(t + self.launch_cycles, EV_LAUNCH, sm_idx, self.next_cta)
+                self.next_cta += 1
+
+    def _cluster_arrive(self, cta: _Cta, b: int, t: int) -> None:
+        key = (cta.seq // self.cluster, b)
+        count = self.cbar[key] = self.cbar.get(key, 0) + 1
+        waiters = self.cbar_wait.get(key)
+        if not waiters:
+            return
+        still = []
+        for c2, k in waiters:
+            if count >= c2.prep.need[k]:
+                c2.why[k] = W_BARRIER
+                c2.ready_t[k] = t
+                if c2.prep.code[k] == ISSUE_ONLY:
+                    self.instant.append((c2, k))
+                else:
+                    self.sms[c2.sm].queues[c2.prep.sp0[k]].append((c2.seq * 4096 + c2.prep.group[k], k, c2))
+                    self._mark(c2.sm)
+            else:
+                still.append((c2, k))
+        self.cbar_wait[key] = still
+
+    def _remote(self, cta: _Cta, j: int, unit: Pipeline | None, t: int) -> int:
+        """A DSMEM node: issue through the local LD/ST port, then cross the SM-cluster network to the peer."""
+        assert self.noc is not None
+        const, coef = self.dsmem[cta.cls][j]
+        rank = int(const + int(coef @ cta.params))
+        peer = (cta.seq // self.cluster) * self.cluster + rank
+        if not 0 <= rank < self.cluster or peer >= len(self.cta_sm):
+            raise ValueError(f"DSMEM node {cta.prep.names[j]!r} of CTA {cta.seq} targets rank {rank}, outside its "
+                             f"cluster of {self.cluster}")
+        nbytes = cta.prep.work[j]
+        start = unit.accept(t, nbytes)[0] if unit is not None else t
+        return self.noc.transfer(start, cta.sm, self.cta_sm[peer], nbytes)
+
     def _launch(self, sm_idx: int, cta_index: int, t: int) -> None:
         ci, row = self.pending[cta_index]
         p = self.preps[ci]
@@ -216,6 +288,9 @@ class _Engine:
         del self.resident[cta.seq]
         self.policies[cta.sm].retired(cta.seq, t)
         self.done_ctas += 1
+        if self.cluster > 1:
+            self._dispatch_clusters(t)
+            return
         while self._dispatch(sm, t):
             pass
 
@@ -234,7 +309,12 @@ class _Engine:
         need = p.need[j]
         if need:
             b = p.barrier[j]
-            if cta.bar[b] < need:
+            if b in self.cluster_bars[cta.cls]:
+                key = (cta.seq // self.cluster, b)
+                if self.cbar.get(key, 0) < need:
+                    self.cbar_wait.setdefault(key, []).append((cta, j))
+                    return
+            elif cta.bar[b] < need:
                 cta.bar_wait[b].append(j)
                 return
         cta.ready_t[j] = t
@@ -265,7 +345,9 @@ class _Engine:
             if pred[k] == 0:
                 cta.why[k] = W_ORDER
                 self._ready(cta, k, t)
-        if p.op[j] == Op.BARRIER_ARRIVE:
+        if p.op[j] == Op.BARRIER_ARRIVE and p.barrier[j] in self.cluster_bars[cta.cls]:
+            self._cluster_arrive(cta, p.barrier[j], t)
+        elif p.op[j] == Op.BARRIER_ARRIVE:
             b = p.barrier[j]
             cta.bar[b] += 1
             waiters = cta.bar_wait[b]
@@ -286,6 +368,8 @@ class _Engine:
         # dispatch to the unit
         if code == ISSUE_ONLY:
             start = done = t
+        elif self.noc is not None and j in self.dsmem[cta.cls]:
+            start, done = t, self._remote(cta, j, unit, t)
         elif code == COMPUTE or unit is not None and code not in (GLOBAL_READ, GLOBAL_WRITE):
             assert unit is not None
             end, done = unit.accept(t, p.work[j])
@@ -430,7 +514,9 @@ class _Engine:
     # -- main loop --------------------------------------------------------------------------------------
     def run(self) -> KernelResult:
         wall = time.perf_counter()
-        progress = True
+        progress = self.cluster <= 1
+        if not progress:
+            self._dispatch_clusters(0)
         while progress:
             progress = False
             for sm in self.sms:
@@ -533,9 +619,29 @@ class _Engine:
             hits, misses = sum(c.hits for c in self.l1), sum(c.misses for c in self.l1)
             out.update(l1_line_hits=hits, l1_line_misses=misses,
                        l1_hit_rate=hits / (hits + misses) if hits + misses else 0.0)
+        if self.noc is not None:
+            out.update(noc_requests=self.noc.requests, noc_bytes=self.noc.bytes,
+                       noc_mean_residence_cycles=self.noc.mean_residence_cycles,
+                       noc=f"{self.noc.cfg.topology.value}/{self.noc.cfg.placement.value}")
         if hasattr(pol, "vta_hits"):
             out["vta_hits"] = sum(getattr(p, "vta_hits", 0) for p in self.policies)
         return out
+
+
+def _dsmem_nodes(cls: Any) -> dict[int, tuple[int, np.ndarray]]:
+    """Nodes of a CTA class whose tile lives in DSMEM: node -> (const, coefficients) of the destination rank."""
+    g = cls.graph
+    out: dict[int, tuple[int, np.ndarray]] = {}
+    for j in range(g.num_nodes):
+        t = int(g.tile[j])
+        if t >= 0 and g.tiles[t].space is Space.DSMEM:
+            a = g.tiles[t].coord[0] if g.tiles[t].coord else None
+            coef = np.zeros(len(cls.param_names), dtype=np.int64)
+            if a is not None:
+                for name, c in a.terms:
+                    coef[cls.param_names.index(name)] = c
+            out[j] = (a.const if a is not None else 0, coef)
+    return out
 
 
 BOUND_NAMES = {"tensor": "tensor pipe", "dram": "DRAM bandwidth", "l2": "L2 bandwidth", "fma": "CUDA cores",

@@ -9,7 +9,8 @@ returns the set of ages allowed to issue from `allowed`, and hears CTA launches/
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 
@@ -119,6 +120,40 @@ def register_policy(cls: type[IssuePolicy]) -> type[IssuePolicy]:
         raise ValueError(f"issue policy name {cls.name!r} is taken by {POLICIES[cls.name].__name__}")
     POLICIES[cls.name] = cls
     return cls
+
+
+_DEFAULT: list[type[IssuePolicy]] = []
+
+
+@contextmanager
+def default_policy(policy: str | type[IssuePolicy]) -> Iterator[type[IssuePolicy]]:
+    """Within the block, `simulate` calls that name no policy use `policy` (and forked workers inherit it): how
+    a whole prediction runs under one policy. Memoised results are keyed by profile name, so give the profile a
+    name that says the policy (the `predict --policy` command does)."""
+    cls = get_policy(policy) if isinstance(policy, str) else policy
+    _DEFAULT.append(cls)
+    try:
+        yield cls
+    finally:
+        _DEFAULT.pop()
+
+
+def policy_profile(hw: Any, policy: type[IssuePolicy]) -> Any:
+    """`hw` (a profile or its name) renamed `NAME+POLICY` for non-default policies, so memoised kernel results of
+    one policy never answer for another."""
+    if isinstance(hw, str):
+        from torchsim.hwmodels import get_profile
+
+        hw = get_profile(hw)
+    if policy is GreedyThenOldest or not hasattr(hw, "__dataclass_fields__"):
+        return hw
+    import dataclasses
+
+    return dataclasses.replace(hw, name=f"{hw.name}+{policy.name}")
+
+
+def current_default() -> type[IssuePolicy]:
+    return _DEFAULT[-1] if _DEFAULT else GreedyThenOldest
 
 
 def get_policy(name: str) -> type[IssuePolicy]:
