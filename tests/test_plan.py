@@ -189,5 +189,5 @@ def test_mixtral_layers_get_their_own_routing_counts() -> None:
     assert len(grouped) == 2 * layers  # gate/up and down per MoE layer
     for c in grouped:
         tpe = c.p("tokens_per_expert")
-        assert sum(tpe) == 8 * top_k and tpe == routing.scaled(8).layer(c.layer)
+        assert c.layer is not None and sum(tpe) == 8 * top_k and tpe == routing.scaled(8).layer(c.layer)
     assert grouped[0].p("tokens_per_expert") != grouped[2].p("tokens_per_expert")

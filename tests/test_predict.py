@@ -18,7 +18,7 @@ from torchsim.lowering.fallback import roofline
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.models.llama import LlamaConfig
 
-TINY = dict(prompt_len=32, decode_steps=6, workers=1)
+TINY: dict[str, Any] = dict(prompt_len=32, decode_steps=6, workers=1)
 
 
 @pytest.fixture(autouse=True, scope="module")
