@@ -105,7 +105,10 @@ def load_config_file(path: str | Path) -> Any:
     if model_type not in _FAMILIES:
         raise ValueError(f"model config file {str(p)!r} has model_type {model_type!r}; supported: "
                          f"{', '.join(sorted(_FAMILIES))}")
-    return _FAMILIES[model_type](data, p.parent.name or p.stem)
+    try:
+        return _FAMILIES[model_type](data, p.parent.name or p.stem)
+    except ValueError as exc:
+        raise ValueError(f"model config file {str(p)!r}: {exc}") from None
 
 
 def _llama(name: str, **kw: Any) -> Callable[[], LlamaConfig]:
