@@ -188,3 +188,32 @@ def test_bad_input_names_the_parameter_and_what_is_valid(kwargs: dict, hw_name: 
         attention(AttnShape(**args), get_profile(hw_name), variant=variant)
     for w in words:
         assert w in str(err.value)
+
+
+def _mma_beside_exp(hw_name: str) -> tuple[int, int, int]:
+    """Cycles of one MMA, one EXP, and both issued together by two warp groups of one CTA."""
+    import numpy as np
+
+    from torchsim.graph import CtaClass, GraphBuilder, KernelGraph
+
+    hw = get_profile(hw_name)
+    out = []
+    for parts in (("mma",), ("exp",), ("mma", "exp")):
+        b = GraphBuilder("pair")
+        for p in parts:
+            g = b.group(p, num_warps=4)
+            if p == "mma":
+                b.node(g, Op.MMA, Unit.TENSOR, work=hw.tensor_flop_per_clk_per_sm(DType.BF16) * 2000)
+            else:
+                b.node(g, Op.EXP, Unit.SFU, work=float(hw.sfu_ops_per_clk_per_sm.value) * 2000)
+        kg = KernelGraph("pair", (CtaClass(b.build(), np.zeros((1, 0), dtype=np.int64), (), threads=256),))
+        out.append(simulate(kg, hw).cycles)
+    return out[0], out[1], out[2]
+
+
+def test_exp_and_register_accumulator_mma_exclude_each_other_before_blackwell() -> None:
+    """sm80/sm90 (accumulators in the register file): MUFU and MMA work serialise; sm100 (TMEM): they overlap."""
+    mma, exp, both = _mma_beside_exp("h100-sxm")  # each node alone occupies its pipe for 2000 cycles
+    assert both - max(mma, exp) >= 2000
+    mma, exp, both = _mma_beside_exp("b200")
+    assert both - max(mma, exp) < 100
