@@ -214,6 +214,6 @@ def _mma_beside_exp(hw_name: str) -> tuple[int, int, int]:
 def test_exp_and_register_accumulator_mma_exclude_each_other_before_blackwell() -> None:
     """sm80/sm90 (accumulators in the register file): MUFU and MMA work serialise; sm100 (TMEM): they overlap."""
     mma, exp, both = _mma_beside_exp("h100-sxm")  # each node alone occupies its pipe for 2000 cycles
-    assert both - max(mma, exp) >= 2000
+    assert both - max(mma, exp) >= 2000 - 64  # the EXP waits for the MMA's injection, not its latency
     mma, exp, both = _mma_beside_exp("b200")
     assert both - max(mma, exp) < 100
