@@ -345,10 +345,11 @@ class _Engine:
             if pred[k] == 0:
                 cta.why[k] = W_ORDER
                 self._ready(cta, k, t)
-        if p.op[j] == Op.BARRIER_ARRIVE and p.barrier[j] in self.cluster_bars[cta.cls]:
-            self._cluster_arrive(cta, p.barrier[j], t)
-        elif p.op[j] == Op.BARRIER_ARRIVE:
-            b = p.barrier[j]
+        b = p.barrier[j] if p.op[j] == Op.BARRIER_ARRIVE else -1
+        if b >= 0 and self.cluster > 1 and b in self.cluster_bars[cta.cls]:
+            self._cluster_arrive(cta, b, t)
+            b = -1
+        if b >= 0:
             cta.bar[b] += 1
             waiters = cta.bar_wait[b]
             if waiters:
