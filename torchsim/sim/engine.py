@@ -15,77 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from torchsim.graph import KernelGraph, Op, Space, Unit
+from torchsim.graph import KernelGraph, Op, Unit
 from torchsim.hwmodels.gpu import GpuProfile
+from torchsim.sim.clusters import ClusterMixin, dsmem_nodes
 from torchsim.sim.l1 import L1Cache, l1_capacity, tile_lines
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import IssuePolicy, current_default, get_policy
 from torchsim.sim.prepare import COMPUTE, GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult, NodeRecord
+from torchsim.sim.state import W_BARRIER, W_DATA, W_ORDER, WAIT_NAMES, CtaState, SmState, gpu_units
+from torchsim.sim.summary import STALLS, diagnose, summarize
 
 EV_DONE, EV_WAKE, EV_LAUNCH = 0, 1, 2
-W_DATA, W_ORDER, W_BARRIER, W_LAUNCH = 0, 1, 2, 3
-WAIT_NAMES = ("data", "order", "barrier", "launch")
-STALLS = ("data", "order", "barrier", "unit_busy", "issue", "memory_queue")
 INF = math.inf
-
-
-class _Cta:
-    """A resident CTA: per-node counters for its template (freed when it retires)."""
-
-    __slots__ = ("seq", "prep", "cls", "params", "pred", "remaining", "bar", "bar_wait", "keys", "ready_t",
-                 "why", "grp_last", "sm", "index")
-
-    def __init__(self, seq: int, prep: Prepared, cls: int, params: np.ndarray, sm: int, t: int) -> None:
-        self.seq = seq
-        self.prep = prep
-        self.cls = cls
-        self.params = params
-        self.pred = list(prep.indeg)
-        self.remaining = prep.n
-        self.bar = [0] * len(prep.barrier_names)
-        self.bar_wait: list[list[int]] = [[] for _ in prep.barrier_names]
-        self.ready_t = [t] * prep.n
-        self.why = [W_LAUNCH] * prep.n
-        self.grp_last = [t] * prep.ngroups
-        self.sm = sm
-        self.keys: dict[int, tuple[Any, ...]] = {}
-        if prep.mem_nodes.size:
-            coords = prep.mem_const + prep.mem_coef @ params  # [m, D]
-            for idx, node, row in zip(range(len(prep.mem_tensor)), prep.mem_nodes.tolist(), coords.tolist()):
-                self.keys[node] = (prep.mem_tensor[idx], *row)
-
-
-class _Sm:
-    __slots__ = ("index", "units", "sp_free", "queues", "wake", "threads", "regs", "smem", "ctas")
-
-    def __init__(self, index: int, units: dict[int, Pipeline], nsp: int) -> None:
-        self.index = index
-        self.units = units
-        self.sp_free = [0] * nsp
-        self.queues: list[list[tuple[int, int, _Cta]]] = [[] for _ in range(nsp)]
-        self.wake: int | None = None
-        self.threads = self.regs = self.smem = self.ctas = 0
-
-
-def _units(hw: GpuProfile, dtype_flop_per_clk: float) -> dict[int, Pipeline]:
-    q = hw
-    u: dict[int, Pipeline] = {
-        Unit.TENSOR: Pipeline("tensor", dtype_flop_per_clk, int(q.tensor_latency_cycles.value),
-                              float(q.tensor_inflight_subops.value), float(q.tensor_subop_flop.value)),
-        Unit.FMA: Pipeline("fma", float(q.fma_flop_per_clk_per_sm.value), int(q.fma_latency_cycles.value)),
-        Unit.SFU: Pipeline("sfu", float(q.sfu_ops_per_clk_per_sm.value), int(q.sfu_latency_cycles.value)),
-        Unit.LDST: Pipeline("ldst", float(q.ldst_bytes_per_clk_per_sm.value), int(q.smem_latency_cycles.value)),
-    }
-    if q.tma_bytes_per_clk_per_sm.value > 0:
-        u[Unit.TMA] = Pipeline("tma", float(q.tma_bytes_per_clk_per_sm.value), 0, queued=True)
-    if q.tmem_bytes_per_clk_per_sm.value > 0:
-        u[Unit.TMEM] = Pipeline("tmem", float(q.tmem_bytes_per_clk_per_sm.value), 2)
-    overlap = getattr(q, "sfu_overlaps_tensor", None)
-    if overlap is not None and overlap.value == 0:  # the SFU and the tensor pipe exclude each other
-        u[Unit.TENSOR].partner, u[Unit.SFU].partner = u[Unit.SFU], u[Unit.TENSOR]
-    return u
 
 
 def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] | None = None,
@@ -103,7 +46,7 @@ def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePol
     return _Engine(kernel, hw, policy, record, max_sms, l1, noc).run()
 
 
-class _Engine:
+class _Engine(ClusterMixin):
     def __init__(self, kernel: KernelGraph, hw: GpuProfile, policy: str | type[IssuePolicy] | None, record: bool,
                  max_sms: int | None, l1: bool = True, noc: NocConfig | None = None) -> None:
         kernel.validate()
@@ -122,10 +65,10 @@ class _Engine:
         specs = getattr(hw, "unit_specs", None)  # hook: a profile may declare its own per-core units
         if specs is not None:
             table = specs(kernel)
-            self.sms = [_Sm(i, {u: Pipeline(name, thr, lat, queued=q) for u, (name, thr, lat, q) in table.items()},
+            self.sms = [SmState(i, {u: Pipeline(name, thr, lat, queued=q) for u, (name, thr, lat, q) in table.items()},
                             self.nsp) for i in range(self.nsm)]
         else:
-            self.sms = [_Sm(i, _units(hw, max(tensor_rate, 1e-9)), self.nsp) for i in range(self.nsm)]
+            self.sms = [SmState(i, gpu_units(hw, max(tensor_rate, 1e-9)), self.nsp) for i in range(self.nsm)]
         self.policies = [pol(self.nsp) for _ in range(self.nsm)]
         clk = hw.clock_hz_value
         # hook: a profile with its own memory path (Tensix: NoC + DRAM banks) serves global reads/writes
@@ -150,15 +93,15 @@ class _Engine:
         self.cluster_bars = [frozenset(b for b, nm in enumerate(p.barrier_names) if nm.startswith("cluster:"))
                              for p in self.preps]
         self.cbar: dict[tuple[int, int], int] = {}
-        self.cbar_wait: dict[tuple[int, int], list[tuple[_Cta, int]]] = {}
-        self.dsmem = [_dsmem_nodes(c) for c in kernel.classes]
+        self.cbar_wait: dict[tuple[int, int], list[tuple[CtaState, int]]] = {}
+        self.dsmem = [dsmem_nodes(c) for c in kernel.classes]
         self.group_nodes = [tuple(int(x) for x in np.bincount([g for g, c in zip(p.group, p.code) if c != ISSUE_ONLY],
                                                               minlength=p.ngroups)) for p in self.preps]
         self.occ = [self._occupancy(c, p) for c, p in zip(kernel.classes, self.preps)]
         self.heap: list[tuple[int, int, int, Any, Any]] = []
         self.seq = 0
         self.dirty: list[int] = []
-        self.instant: deque[tuple[_Cta, int]] = deque()
+        self.instant: deque[tuple[CtaState, int]] = deque()
         self.is_dirty = [False] * self.nsm
         self.pending = [(ci, r) for ci, c in enumerate(kernel.classes) for r in range(c.count)]
         self.next_cta = 0
@@ -168,7 +111,7 @@ class _Engine:
         self.records: list[NodeRecord] = []
         self.cta_sm: list[int] = [-1] * len(self.pending)
         self.sm_end = [0] * self.nsm  # cycle at which each SM's last CTA retired
-        self.resident: dict[int, _Cta] = {}
+        self.resident: dict[int, CtaState] = {}
         self.now = 0
 
     # -- occupancy and CTA dispatch ---------------------------------------------------------------------
@@ -186,13 +129,13 @@ class _Engine:
                              f"(threads {p.threads}, registers {p.regs}, shared memory {p.smem} B)")
         return occ
 
-    def _fits(self, sm: _Sm, ci: int) -> bool:
+    def _fits(self, sm: SmState, ci: int) -> bool:
         p = self.preps[ci]
         hw = self.hw
         return (sm.ctas < self.occ[ci] and sm.threads + p.threads <= hw.max_threads_per_sm.value
                 and sm.regs + p.regs <= hw.registers_per_sm.value and sm.smem + p.smem <= hw.smem_per_sm_bytes.value)
 
-    def _dispatch(self, sm: _Sm, t: int) -> bool:
+    def _dispatch(self, sm: SmState, t: int) -> bool:
         if self.next_cta >= len(self.pending):
             return False
         ci, row = self.pending[self.next_cta]
@@ -207,69 +150,10 @@ class _Engine:
         self.next_cta += 1
         return True
 
-    def _dispatch_clusters(self, t: int) -> None:
-        """Launch whole clusters on idle SMs of one GPC (NoC domain), placed by the NoC's placement policy."""
-        assert self.noc is not None
-        size, per = self.cluster, self.noc.cfg.nodes
-        while self.next_cta < len(self.pending):
-            nodes = None
-            for g0 in range(0, self.nsm - size + 1, per):
-                free = [sm.index - g0 for sm in self.sms[g0:g0 + per] if sm.ctas == 0]
-                pick = self.noc.place(free, size)
-                if pick is not None and len(pick) == size:
-                    nodes = [g0 + x for x in pick]
-                    break
-            if nodes is None:
-                return
-            for sm_idx in nodes:
-                ci, _ = self.pending[self.next_cta]
-                p = self.preps[ci]
-                sm = self.sms[sm_idx]
-                sm.ctas += 1
-                sm.threads += p.threads
-                sm.regs += p.regs
-                sm.smem += p.smem
-                self.cta_sm[self.next_cta] = sm_idx
-                self._push(t + self.launch_cycles, EV_LAUNCH, sm_idx, self.next_cta)
-                self.next_cta += 1
-
-    def _cluster_arrive(self, cta: _Cta, b: int, t: int) -> None:
-        key = (cta.seq // self.cluster, b)
-        count = self.cbar[key] = self.cbar.get(key, 0) + 1
-        waiters = self.cbar_wait.get(key)
-        if not waiters:
-            return
-        still = []
-        for c2, k in waiters:
-            if count >= c2.prep.need[k]:
-                c2.why[k] = W_BARRIER
-                c2.ready_t[k] = t
-                if c2.prep.code[k] == ISSUE_ONLY:
-                    self.instant.append((c2, k))
-                else:
-                    self.sms[c2.sm].queues[c2.prep.sp0[k]].append((c2.seq * 4096 + c2.prep.group[k], k, c2))
-                    self._mark(c2.sm)
-            else:
-                still.append((c2, k))
-        self.cbar_wait[key] = still
-
-    def _remote(self, cta: _Cta, j: int, unit: Pipeline | None, t: int) -> int:
-        """A DSMEM node: issue through the local LD/ST port, then cross the SM-cluster network to the peer."""
-        assert self.noc is not None
-        const, coef = self.dsmem[cta.cls][j]
-        rank = int(const + int(coef @ cta.params))
-        peer = (cta.seq // self.cluster) * self.cluster + rank
-        if not 0 <= rank < self.cluster or peer >= len(self.cta_sm):
-            raise ValueError(f"DSMEM node {cta.prep.names[j]!r} of CTA {cta.seq} targets rank {rank}, outside its "
-                             f"cluster of {self.cluster}")
-        nbytes = cta.prep.work[j]
-        start = unit.accept(t, nbytes)[0] if unit is not None else t
-        return self.noc.transfer(start, cta.sm, self.cta_sm[peer], nbytes)
-
     def _launch(self, sm_idx: int, cta_index: int, t: int) -> None:
         ci, row = self.pending[cta_index]
         p = self.preps[ci]
-        cta = _Cta(cta_index, p, ci, self.kernel.classes[ci].params[row], sm_idx, t)
+        cta = CtaState(cta_index, p, ci, self.kernel.classes[ci].params[row], sm_idx, t)
         self.resident[cta_index] = cta
         self.cta_sm[cta_index] = sm_idx
         self.policies[sm_idx].launched(cta_index, self.group_nodes[ci], t)
@@ -277,7 +161,7 @@ class _Engine:
             if cta.pred[j] == 0:
                 self._ready(cta, j, t)
 
-    def _retire(self, cta: _Cta, t: int) -> None:
+    def _retire(self, cta: CtaState, t: int) -> None:
         sm = self.sms[cta.sm]
         p = cta.prep
         sm.ctas -= 1
@@ -304,7 +188,7 @@ class _Engine:
             self.is_dirty[sm] = True
             self.dirty.append(sm)
 
-    def _ready(self, cta: _Cta, j: int, t: int) -> None:
+    def _ready(self, cta: CtaState, j: int, t: int) -> None:
         p = cta.prep
         need = p.need[j]
         if need:
@@ -324,7 +208,7 @@ class _Engine:
         self.sms[cta.sm].queues[p.sp0[j]].append((cta.seq * 4096 + p.group[j], j, cta))
         self._mark(cta.sm)
 
-    def _issue(self, sm: _Sm, cta: _Cta, j: int, t: int) -> None:
+    def _issue(self, sm: SmState, cta: CtaState, j: int, t: int) -> None:
         p = cta.prep
         st = self.stalls
         # waiting before issue: dependency wait since the group's previous issue, then issue wait
@@ -393,7 +277,7 @@ class _Engine:
         else:
             self._push(done, EV_DONE, cta, j)
 
-    def _memory(self, fe: Pipeline, cta: _Cta, j: int, t: int, read: bool) -> tuple[int, int]:
+    def _memory(self, fe: Pipeline, cta: CtaState, j: int, t: int, read: bool) -> tuple[int, int]:
         p = cta.prep
         nbytes = p.work[j]
         fe_end, _ = fe.accept(t, nbytes)
@@ -431,7 +315,7 @@ class _Engine:
             self.stalls[5] += queue
         return done_i, t + max(0, queue)
 
-    def _lines(self, cta: _Cta, j: int) -> tuple[Any, ...]:
+    def _lines(self, cta: CtaState, j: int) -> tuple[Any, ...]:
         """The L1 lines node `j` of `cta` reads (memoised by class, node and tile coordinates)."""
         key = cta.keys[j]
         memo = (cta.cls, j, key)
@@ -442,7 +326,7 @@ class _Engine:
             lines = self.l1_lines[memo] = tile_lines(key, tile.shape, tile.dtype.nbytes)
         return lines
 
-    def _complete(self, cta: _Cta, j: int, t: int) -> None:
+    def _complete(self, cta: CtaState, j: int, t: int) -> None:
         self.events += 1
         p = cta.prep
         pred = cta.pred
@@ -456,7 +340,7 @@ class _Engine:
             self._retire(cta, t)
 
     # -- issue ------------------------------------------------------------------------------------------
-    def _try_issue(self, sm: _Sm, t: int) -> None:
+    def _try_issue(self, sm: SmState, t: int) -> None:
         """Issue at most one ready node per free subpartition at cycle `t`, in policy order."""
         spf = sm.sp_free
         units = sm.units
@@ -551,107 +435,7 @@ class _Engine:
                 for s in batch:
                     self._try_issue(self.sms[s], t)
         if self.done_ctas < len(self.pending):
-            raise DeadlockError(self._diagnose(t))
+            raise DeadlockError(diagnose(self, t))
         if self.memsys is None:  # write-back still queued at DRAM belongs to this kernel
             t = max(t, math.ceil(self.dram.free_at))
-        return self._result(t, time.perf_counter() - wall)
-
-    def _diagnose(self, t: int) -> str:
-        lines = [f"kernel {self.kernel.name!r} on {self.hw.name} stopped making progress at cycle {t}: "
-                 f"{self.done_ctas}/{len(self.pending)} CTAs finished. Waiting nodes:"]
-        shown = 0
-        for cta in list(self.resident.values()):
-            p = cta.prep
-            g = self.kernel.classes[cta.cls].graph
-            for j in range(p.n):
-                if shown >= 12:
-                    break
-                waits: list[str] = []
-                b = p.barrier[j]
-                if p.need[j] and j in cta.bar_wait[b]:
-                    waits.append(f"barrier {p.barrier_names[b]!r} has {cta.bar[b]} of {p.need[j]} arrivals")
-                elif cta.pred[j] > 0:
-                    for s, k in p.predecessors(j, g.edge_src, g.edge_dst, g.edge_kind):
-                        waits.append(f"{'data' if k == 0 else 'order'} edge from node {s} {p.names[s]!r}")
-                    waits = waits[:3]
-                else:
-                    continue
-                lines.append(f"  CTA {cta.seq} (SM {cta.sm}) node {j} {p.names[j]!r} "
-                             f"[{p.group_names[p.group[j]]}] waits on: " + "; ".join(waits))
-                shown += 1
-        return "\n".join(lines)
-
-    def _result(self, t: int, wall_s: float) -> KernelResult:
-        hw = self.hw
-        cycles = max(1, t)
-        busy: dict[str, float] = {}
-        sm_busy: dict[str, tuple[float, ...]] = {}  # unit -> busy cycles of each SM (load balance across SMs)
-        for unit_id in sorted(self.sms[0].units):
-            pipes = [sm.units[unit_id] for sm in self.sms if unit_id in sm.units]
-            if pipes:
-                work = sum(pp.busy_work for pp in pipes)
-                busy[pipes[0].name] = work / (pipes[0].throughput * cycles * self.nsm)
-                sm_busy[pipes[0].name] = tuple(pp.busy_work / pp.throughput for pp in pipes)
-        if self.memsys is not None:
-            busy.update(self.memsys.busy(cycles))
-        else:
-            busy["l2"] = self.l2srv.busy_cycles / cycles
-            busy["dram"] = self.dram.busy_cycles / cycles
-        bound = _bound(busy)
-        per_sm = min(self.occ)
-        waves = len(self.pending) / (per_sm * self.nsm)
-        return KernelResult(
-            name=self.kernel.name, hw=hw.name, cycles=cycles, clock_hz=hw.clock_hz_value,
-            flops=self.kernel.flops, dram_bytes=self.dram.bytes if self.memsys is None else self.memsys.dram_bytes,
-            l2_hit_rate=self.l2.hit_rate,
-            unit_busy=busy, stalls=dict(zip(STALLS, self.stalls)), bound=bound, waves=waves,
-            ctas=len(self.pending), ctas_per_sm=per_sm, node_events=self.events,
-            attrs={**self.kernel.attrs, "wall_s": wall_s, "sms": self.nsm, "sm_end_cycles": tuple(self.sm_end),
-                   "sm_busy_cycles": sm_busy, **self._l1_stats()},
-            records=tuple(self.records) if self.record else None,
-            cta_sm=tuple(self.cta_sm) if self.record else None,
-        )
-
-
-    def _l1_stats(self) -> dict[str, Any]:
-        pol = self.policies[0]
-        out: dict[str, Any] = {"policy": pol.name}
-        if self.l1 is not None:
-            hits, misses = sum(c.hits for c in self.l1), sum(c.misses for c in self.l1)
-            out.update(l1_line_hits=hits, l1_line_misses=misses,
-                       l1_hit_rate=hits / (hits + misses) if hits + misses else 0.0)
-        if self.noc is not None:
-            out.update(noc_requests=self.noc.requests, noc_bytes=self.noc.bytes,
-                       noc_mean_residence_cycles=self.noc.mean_residence_cycles,
-                       noc=f"{self.noc.cfg.topology.value}/{self.noc.cfg.placement.value}")
-        if hasattr(pol, "vta_hits"):
-            out["vta_hits"] = sum(getattr(p, "vta_hits", 0) for p in self.policies)
-        return out
-
-
-def _dsmem_nodes(cls: Any) -> dict[int, tuple[int, np.ndarray]]:
-    """Nodes of a CTA class whose tile lives in DSMEM: node -> (const, coefficients) of the destination rank."""
-    g = cls.graph
-    out: dict[int, tuple[int, np.ndarray]] = {}
-    for j in range(g.num_nodes):
-        t = int(g.tile[j])
-        if t >= 0 and g.tiles[t].space is Space.DSMEM:
-            a = g.tiles[t].coord[0] if g.tiles[t].coord else None
-            coef = np.zeros(len(cls.param_names), dtype=np.int64)
-            if a is not None:
-                for name, c in a.terms:
-                    coef[cls.param_names.index(name)] = c
-            out[j] = (a.const if a is not None else 0, coef)
-    return out
-
-
-BOUND_NAMES = {"tensor": "tensor pipe", "dram": "DRAM bandwidth", "l2": "L2 bandwidth", "fma": "CUDA cores",
-               "sfu": "SFU", "ldst": "shared-memory/LD-ST port", "tma": "TMA", "tmem": "TMEM", "fpu": "matrix FPU",
-               "sfpu": "SFPU", "unpacker": "unpacker", "packer": "packer", "noc": "NoC links"}
-
-
-def _bound(busy: dict[str, float]) -> str:
-    name, util = max(busy.items(), key=lambda kv: kv[1])
-    if util >= 0.6:
-        return BOUND_NAMES.get(name, name)
-    return "latency/synchronisation"
+        return summarize(self, t, time.perf_counter() - wall)

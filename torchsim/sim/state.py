@@ -1,0 +1,75 @@
+"""Runtime state of the engine: resident CTAs and SMs, and the GPU units an SM is built from.
+
+Used by torchsim.sim.engine; CTA state exists only while the CTA is resident (freed when it retires).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from torchsim.graph import Unit
+from torchsim.hwmodels.gpu import GpuProfile
+from torchsim.sim.prepare import Prepared
+from torchsim.sim.resources import Pipeline
+
+W_DATA, W_ORDER, W_BARRIER, W_LAUNCH = 0, 1, 2, 3
+WAIT_NAMES = ("data", "order", "barrier", "launch")
+
+
+class CtaState:
+    """A resident CTA: per-node counters for its template (freed when it retires)."""
+
+    __slots__ = ("seq", "prep", "cls", "params", "pred", "remaining", "bar", "bar_wait", "keys", "ready_t",
+                 "why", "grp_last", "sm", "index")
+
+    def __init__(self, seq: int, prep: Prepared, cls: int, params: np.ndarray, sm: int, t: int) -> None:
+        self.seq = seq
+        self.prep = prep
+        self.cls = cls
+        self.params = params
+        self.pred = list(prep.indeg)
+        self.remaining = prep.n
+        self.bar = [0] * len(prep.barrier_names)
+        self.bar_wait: list[list[int]] = [[] for _ in prep.barrier_names]
+        self.ready_t = [t] * prep.n
+        self.why = [W_LAUNCH] * prep.n
+        self.grp_last = [t] * prep.ngroups
+        self.sm = sm
+        self.keys: dict[int, tuple[Any, ...]] = {}
+        if prep.mem_nodes.size:
+            coords = prep.mem_const + prep.mem_coef @ params  # [m, D]
+            for idx, node, row in zip(range(len(prep.mem_tensor)), prep.mem_nodes.tolist(), coords.tolist()):
+                self.keys[node] = (prep.mem_tensor[idx], *row)
+
+
+class SmState:
+    __slots__ = ("index", "units", "sp_free", "queues", "wake", "threads", "regs", "smem", "ctas")
+
+    def __init__(self, index: int, units: dict[int, Pipeline], nsp: int) -> None:
+        self.index = index
+        self.units = units
+        self.sp_free = [0] * nsp
+        self.queues: list[list[tuple[int, int, CtaState]]] = [[] for _ in range(nsp)]
+        self.wake: int | None = None
+        self.threads = self.regs = self.smem = self.ctas = 0
+
+
+def gpu_units(hw: GpuProfile, dtype_flop_per_clk: float) -> dict[int, Pipeline]:
+    q = hw
+    u: dict[int, Pipeline] = {
+        Unit.TENSOR: Pipeline("tensor", dtype_flop_per_clk, int(q.tensor_latency_cycles.value),
+                              float(q.tensor_inflight_subops.value), float(q.tensor_subop_flop.value)),
+        Unit.FMA: Pipeline("fma", float(q.fma_flop_per_clk_per_sm.value), int(q.fma_latency_cycles.value)),
+        Unit.SFU: Pipeline("sfu", float(q.sfu_ops_per_clk_per_sm.value), int(q.sfu_latency_cycles.value)),
+        Unit.LDST: Pipeline("ldst", float(q.ldst_bytes_per_clk_per_sm.value), int(q.smem_latency_cycles.value)),
+    }
+    if q.tma_bytes_per_clk_per_sm.value > 0:
+        u[Unit.TMA] = Pipeline("tma", float(q.tma_bytes_per_clk_per_sm.value), 0, queued=True)
+    if q.tmem_bytes_per_clk_per_sm.value > 0:
+        u[Unit.TMEM] = Pipeline("tmem", float(q.tmem_bytes_per_clk_per_sm.value), 2)
+    overlap = getattr(q, "sfu_overlaps_tensor", None)
+    if overlap is not None and overlap.value == 0:  # the SFU and the tensor pipe exclude each other
+        u[Unit.TENSOR].partner, u[Unit.SFU].partner = u[Unit.SFU], u[Unit.TENSOR]
+    return u
