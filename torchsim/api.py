@@ -18,7 +18,7 @@ import numpy as np
 
 from torchsim.hwmodels.quantity import Quantity, assumed
 from torchsim.kernel_cache import DiskCache
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_call, simulate_many
+from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_launches, simulate_many
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
@@ -122,7 +122,10 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     disk = DiskCache() if cache else None
     simulate_many(list(distinct.values()), prof, max_events=max_sim_events, workers=workers, progress=progress,
                   disk=disk)
-    sims = [[simulate_call(c, prof, max_events=max_sim_events) for c in p.calls] for p in plans]
+    # Every launch of a call is placed on its own (a split Flash-Decoding call: split kernel, gap, combine kernel).
+    launched = [[(c, s) for c in p.calls for s in simulate_launches(c, prof, max_events=max_sim_events)]
+                for p in plans]
+    sims = [[s for _c, s in lc] for lc in launched]
     t_sim = time.perf_counter()
 
     placed = [lm.place(s) for s in sims]
@@ -132,20 +135,17 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     step_start = [ttft + float(np.sum(step_s[:s])) for s in samples]
     clock = prof.clock_hz_value
     records: list[KernelRecord] = []
-    for i, ((phase, step, _q, past), plan, sim, (pos, _end)) in enumerate(zip(scenarios, plans, sims, placed,
-                                                                             strict=True)):
+    for i, ((phase, step, _q, past), lc, (pos, _end)) in enumerate(zip(scenarios, launched, placed, strict=True)):
         base = 0.0 if phase == "prefill" else step_start[i - 1]
         w = 1.0 if phase == "prefill" else weights[i - 1]
         kv = past + _q
         records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
-                    for j, (c, s, (st, gap)) in enumerate(zip(plan.calls, sim, pos, strict=True))]
+                    for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
 
     weight_bytes = _weight_bytes(module)
     floors = [(weight_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
     warnings = _memory_warning(name, prof, weight_bytes, plans)
-    n_fb = sum(1 for s in {c.key(): s for p, ss in zip(plans, sims, strict=True) for c, s in zip(p.calls, ss,
-                                                                                                 strict=True)}.values()
-               if s.fallback)
+    n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
         lm.describe(),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
@@ -171,7 +171,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
 def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, order: int, start_s: float,
             gap_s: float, clock: float, weight: float) -> KernelRecord:
     return KernelRecord(
-        name=c.name, kind=c.kind.value, template=s.template, config=s.config,
+        name=f"{c.name}.combine" if s.template.endswith("/combine") else c.name, kind=c.kind.value,
+        template=s.template, config=s.config,
         shapes=",".join(f"{k}={v}" for k, v in c.params if k not in ("op", "roofline")), params=c.params,
         dtype=c.dtype.name.lower(), phase=phase, decode_step=step, kv_len=kv, layer=c.layer, stream=c.stream,
         order=order, start_cycles=int(round(start_s * clock)), duration_cycles=s.cycles, start_us=start_s * 1e6,

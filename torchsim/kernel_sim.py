@@ -1,9 +1,9 @@
 """One kernel call -> its simulated (or estimated) time: templates + engine, memoised per call and profile.
 
-Sits between lowering (KernelCalls) and torchsim.api (which places the results on a stream). A call is built
-by `torchsim.lowering.templates.build_kernel` and run by `torchsim.sim.simulate`; calls whose tile graph is
-too large for the event budget are simulated at two smaller K and extrapolated (GEMMs), and calls without a
-template fall back to a roofline (`fallback=True`).
+Sits between lowering (KernelCalls) and torchsim.api (which places the results on a stream). A call's launches
+(two for a split Flash-Decoding or FlashMLA call: split kernel, then combine) come from
+`torchsim.lowering.templates.build_kernels` and run on `torchsim.sim.simulate`; GEMMs too large for the event
+budget are simulated at two smaller K and extrapolated, and calls without a template are a roofline (`fallback`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,18 @@ class KernelSim:
     events: int = 0  # node executions simulated
 
 
-_MEMO: dict[tuple[Any, ...], KernelSim] = {}
+@dataclass(frozen=True)
+class Launches:
+    """Every launch of one call, in stream order (the on-disk cache entry; JSON gives back dicts)."""
+
+    launches: tuple[KernelSim, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "launches", tuple(s if isinstance(s, KernelSim) else KernelSim(**s)
+                                                   for s in self.launches))
+
+
+_MEMO: dict[tuple[Any, ...], tuple[KernelSim, ...]] = {}
 
 
 def memo_key(call: KernelCall, hw: Any, max_events: int) -> tuple[Any, ...]:
@@ -61,19 +72,57 @@ def clear_memo() -> None:
     _MEMO.clear()
 
 
-def simulate_call(call: KernelCall, hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS) -> KernelSim:
-    """Time of `call` on `hw`, simulated once per (call, profile numbers, budget) per process.
+def simulate_launches(call: KernelCall, hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS
+                      ) -> tuple[KernelSim, ...]:
+    """Each kernel launch of `call` on `hw` in order, simulated once per (call, profile numbers, budget) per process.
 
     >>> from torchsim.hwmodels import get_profile
-    >>> s = simulate_call(KernelCall.make(KernelKind.RMSNORM, rows=1, hidden=4096), get_profile("h100-sxm"))
-    >>> s.fallback or s.time_s > 0
-    True
+    >>> call = KernelCall.make(KernelKind.ATTENTION_DECODE, batch=1, heads_q=8, heads_kv=2, seq_q=1, seq_kv=4096,
+    ...                        head_dim=128)
+    >>> [s.template for s in simulate_launches(call, get_profile("h100-sxm"))]
+    ['flash_decode/fa3', 'flash_decode/combine']
     """
     key = memo_key(call, hw, max_events)
     hit = _MEMO.get(key)
     if hit is None:
         hit = _MEMO[key] = _simulate(call, hw, max_events)
     return hit
+
+
+def simulate_call(call: KernelCall, hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS) -> KernelSim:
+    """Device time of `call` on `hw`: its one launch, or its launches summed (without the gaps between them;
+    `simulate_launches` keeps them apart for placing on a stream).
+
+    >>> from torchsim.hwmodels import get_profile
+    >>> s = simulate_call(KernelCall.make(KernelKind.RMSNORM, rows=1, hidden=4096), get_profile("h100-sxm"))
+    >>> s.fallback or s.time_s > 0
+    True
+    """
+    return merged(simulate_launches(call, hw, max_events=max_events))
+
+
+def merged(launches: Sequence[KernelSim]) -> KernelSim:
+    """One KernelSim for launches run back to back: times, work and stalls summed, utilisation time-weighted,
+    the bound of the longest launch."""
+    if len(launches) == 1:
+        return launches[0]
+    total_s = sum(s.time_s for s in launches) or 1.0
+    util: dict[str, float] = {}
+    stalls: dict[str, float] = {}
+    for s in launches:
+        for unit, u in s.unit_util.items():
+            util[unit] = util.get(unit, 0.0) + u * s.time_s / total_s
+        for why, v in s.stalls.items():
+            stalls[why] = stalls.get(why, 0.0) + v
+    dram = sum(s.dram_bytes for s in launches)
+    first, longest = launches[0], max(launches, key=lambda s: s.time_s)
+    return KernelSim(template="+".join(s.template for s in launches), config={**first.config,
+                                                                            "launches": len(launches)},
+                     cycles=sum(s.cycles for s in launches), time_s=sum(s.time_s for s in launches),
+                     flops=sum(s.flops for s in launches), dram_bytes=dram,
+                     l2_hit_rate=sum(s.l2_hit_rate * s.dram_bytes for s in launches) / dram if dram else 0.0,
+                     unit_util=util, stalls=stalls, bound=longest.bound, fallback=any(s.fallback for s in launches),
+                     method=first.method, events=sum(s.events for s in launches))
 
 
 def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS,
@@ -104,7 +153,7 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
             _store(c, hw, max_events, _simulate(c, hw, max_events), disk)
             bar.update(1)
     bar.close()
-    return [simulate_call(c, hw, max_events=max_events) for c in calls]
+    return [simulate_call(c, hw, max_events=max_events) for c in calls]  # launches: `simulate_launches`
 
 
 def _disk_key(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> str:
@@ -112,16 +161,16 @@ def _disk_key(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> st
 
 
 def _from_disk(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> bool:
-    hit = disk.get(_disk_key(disk, call, hw, max_events), KernelSim)
+    hit = disk.get(_disk_key(disk, call, hw, max_events), Launches)
     if hit is not None:
-        _MEMO[memo_key(call, hw, max_events)] = hit
+        _MEMO[memo_key(call, hw, max_events)] = hit.launches
     return hit is not None
 
 
-def _store(call: KernelCall, hw: Any, max_events: int, sim: KernelSim, disk: DiskCache | None) -> None:
-    _MEMO[memo_key(call, hw, max_events)] = sim
+def _store(call: KernelCall, hw: Any, max_events: int, sims: tuple[KernelSim, ...], disk: DiskCache | None) -> None:
+    _MEMO[memo_key(call, hw, max_events)] = sims
     if disk is not None:
-        disk.put(_disk_key(disk, call, hw, max_events), sim)
+        disk.put(_disk_key(disk, call, hw, max_events), Launches(sims))
 
 
 class _NoBar:
@@ -140,29 +189,30 @@ def _bar(total: int, enabled: bool, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="kernel", leave=False)
 
 
-def _simulate(call: KernelCall, hw: Any, max_events: int) -> KernelSim:
+def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ...]:
+    """Every launch of `call`; a roofline (one flagged launch) when no template serves it or it is over budget."""
     if call.p("roofline", False):
-        return _roofline(call, hw, "op has no lowering (fallback=roofline)")
+        return (_roofline(call, hw, "op has no lowering (fallback=roofline)"),)
     try:
-        from torchsim.lowering.templates import build_kernel
+        from torchsim.lowering.templates import build_kernels
     except ImportError:  # the template library is optional while it is being written
-        return _roofline(call, hw, "no template library")
+        return (_roofline(call, hw, "no template library"),)
     try:
-        kg = build_kernel(call, hw)
+        kgs = build_kernels(call, hw)
     except NotImplementedError:
-        return _roofline(call, hw, f"no {call.kind.value} template yet")
+        return (_roofline(call, hw, f"no {call.kind.value} template yet"),)
     except ValueError as exc:  # the template exists but does not serve this shape/dtype on this profile
-        return _roofline(call, hw, f"no template serves this shape ({exc})")
-    events = graph_events(kg)
-    if events <= max_events:
-        return _from_result(kg, _run(kg, hw), "simulated", events)
-    if call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
-        sim = _k_extrapolated(call, hw, kg, events, max_events)
+        return (_roofline(call, hw, f"no template serves this shape ({exc})"),)
+    events = [graph_events(kg) for kg in kgs]
+    if max(events) <= max_events:
+        return tuple(_from_result(kg, _run(kg, hw), "simulated", ev) for kg, ev in zip(kgs, events, strict=True))
+    if len(kgs) == 1 and call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
+        sim = _k_extrapolated(call, hw, kgs[0], events[0], max_events)
         if sim is None and call.kind is KernelKind.GEMM:
-            sim = _m_scaled(call, hw, kg, events, max_events)
+            sim = _m_scaled(call, hw, kgs[0], events[0], max_events)
         if sim is not None:
-            return sim
-    return _roofline(call, hw, f"{events} node events exceed the simulation budget of {max_events}")
+            return (sim,)
+    return (_roofline(call, hw, f"{max(events)} node events exceed the simulation budget of {max_events}"),)
 
 
 def graph_events(kg: Any) -> int:
