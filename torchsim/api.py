@@ -22,6 +22,7 @@ from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, 
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
+from torchsim.lowering.precision import WeightPrecision, weight_bytes, with_precision
 from torchsim.prediction import KernelRecord, Prediction
 
 EAGER_HOST_S = assumed(4.5e-6, "s", "assumed: host time PyTorch eager spends per kernel (Python dispatch, ATen, "
@@ -95,10 +96,12 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     _require_int("decode_steps", decode_steps, minimum=0)
     kv0 = prompt_len if kv_len is None else kv_len
     _require_int("kv_len", kv0, minimum=1)
-    if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16"):
-        raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16")
+    if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3"):
+        raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16, "
+                         "fp8 (an FP8 checkpoint: decoder-layer GEMMs in FP8 E4M3, the rest bf16)")
+    precision = WeightPrecision.of_dtype(dtype)
     prof = _profile(hw)
-    name, cfg, module = _resolve_model(model, dtype)
+    name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
     ctx_len = _context(cfg)
     for what, start in (("prompt_len", prompt_len), ("kv_len", kv0)):
         if ctx_len and start + decode_steps > ctx_len:
@@ -114,7 +117,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     plans: list[KernelPlan] = []
     for _phase, _step, q, past in scenarios:
         cap = capture_model(module, batch, q, past)
-        plans.append(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"))
+        plans.append(with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"),
+                                    precision))
     t_plan = time.perf_counter()
 
     distinct = {c.key(): c for p in plans for c in p.calls}
@@ -142,14 +146,17 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
                     for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
 
-    weight_bytes = _weight_bytes(module)
-    floors = [(weight_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
-    warnings = _memory_warning(name, prof, weight_bytes, plans)
+    w_bytes = weight_bytes(module, precision)
+    floors = [(w_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
+    warnings = _memory_warning(name, prof, w_bytes, plans)
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
         lm.describe(),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
-        "contiguous KV cache in the model's dtype",
+        "contiguous KV cache in the model's dtype"
+        + ("; FP8 checkpoint: decoder-layer GEMMs FP8 E4M3 (bf16 out, activation quantisation fused into the "
+           "producing kernel), embedding/LM head/norms/attention/KV in bf16" if precision is WeightPrecision.FP8
+           else ""),
         f"decode steps {list(samples)} simulated, the others interpolated linearly in KV length",
         f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template or over the "
         f"{max_sim_events}-event budget)",
@@ -158,7 +165,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     )
     stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
              "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
-             "proofs": list(plans[0].proofs), "weight_bytes": weight_bytes}
+             "proofs": list(plans[0].proofs), "weight_bytes": w_bytes}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}
     return Prediction(model=name, hw=prof.name, preset=preset.value, launch=launch, batch=batch,
@@ -259,10 +266,6 @@ def _weights(samples: Sequence[int], steps: int) -> list[float]:
         one_hot[i] = 1.0
         out.append(float(_interpolate(samples, one_hot.tolist(), steps).sum()))
     return out
-
-
-def _weight_bytes(module: Any) -> float:
-    return float(sum(p.numel() * p.element_size() for p in module.parameters()))
 
 
 def _kv_bytes(plan: KernelPlan) -> float:

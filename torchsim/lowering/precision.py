@@ -1,0 +1,70 @@
+"""Weight precision of a KernelPlan: FP8 checkpoints run their decoder-layer GEMMs as FP8 GEMMs.
+
+Applied by torchsim.api after planning (capture and plan stay in the model's bf16). An FP8 checkpoint
+(TensorRT Model Optimizer / llm-compressor per-tensor FP8) stores every decoder-layer projection in FP8 E4M3
+and keeps the embedding, the LM head and the norms in bf16; activations are quantised in the kernel that
+produces them (RMSNorm, SiLU-and-mul, attention output), so no extra launches; GEMM outputs are bf16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from enum import Enum
+from typing import Any
+
+from torchsim.graph.kinds import DType
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.plan import KernelPlan
+
+_WEIGHT_GEMMS = (KernelKind.GEMM, KernelKind.GROUPED_GEMM)
+
+
+class WeightPrecision(Enum):
+    """What the decoder-layer projections are stored and multiplied in."""
+
+    MODEL = "model"  # the model's dtype (bf16/fp16)
+    FP8 = "fp8"  # FP8 E4M3 weights and activations, bf16 out
+
+    @classmethod
+    def of_dtype(cls, dtype: str) -> WeightPrecision:
+        """`predict(dtype=...)`: "fp8"/"fp8_e4m3" -> FP8, bf16/fp16 -> MODEL.
+
+        >>> WeightPrecision.of_dtype("fp8_e4m3").value
+        'fp8'
+        """
+        return cls.FP8 if dtype.strip().lower() in ("fp8", "fp8_e4m3", "e4m3") else cls.MODEL
+
+
+def is_weight_gemm(call: KernelCall) -> bool:
+    """A decoder layer's projection: a GEMM of one weight matrix (not a batched activation product) or an MoE
+    grouped GEMM, inside a layer (the LM head, outside the layers, stays in the model's dtype)."""
+    if call.kind not in _WEIGHT_GEMMS or call.layer is None:
+        return False
+    return call.kind is KernelKind.GROUPED_GEMM or int(call.p("batch", 1)) == 1
+
+
+def with_precision(plan: KernelPlan, precision: WeightPrecision) -> KernelPlan:
+    """The plan with its decoder-layer projections in `precision` (the plan itself for MODEL).
+
+    >>> from torchsim.lowering.plan import Preset
+    >>> c = KernelCall.make(KernelKind.GEMM, m=8, n=64, k=64, layer=0)
+    >>> p = KernelPlan((c,), Preset.SERVING, "decode", 1, 1, 8)
+    >>> with_precision(p, WeightPrecision.FP8).calls[0].dtype.name
+    'FP8_E4M3'
+    """
+    if precision is WeightPrecision.MODEL:
+        return plan
+    calls = tuple(replace(c, dtype=DType.FP8_E4M3) if is_weight_gemm(c) else c for c in plan.calls)
+    return replace(plan, calls=calls)
+
+
+def weight_bytes(module: Any, precision: WeightPrecision) -> float:
+    """Bytes of the model's weights in `precision`: with FP8, matrices inside the decoder layers take one byte
+    per element; embeddings, LM head and norm vectors keep the model's dtype."""
+    total = 0.0
+    for name, p in module.named_parameters():
+        per = p.element_size()
+        if precision is WeightPrecision.FP8 and ".layers." in f".{name}" and p.dim() >= 2:
+            per = 1
+        total += p.numel() * per
+    return total
