@@ -14,7 +14,8 @@ from torchsim.hwmodels import get_profile
 from torchsim.kernel_sim import simulate_call, simulate_launches
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 
-SPLIT: dict[str, Any] = dict(prompt_len=64, kv_len=1024, decode_steps=1, workers=1)  # llama-small: Flash-Decoding splits KV 1024
+# llama-small at KV 1024: Flash-Decoding splits the K/V and launches a combine kernel
+SPLIT: dict[str, Any] = dict(prompt_len=64, kv_len=1024, decode_steps=1, workers=1)
 
 
 @pytest.fixture(scope="module")
