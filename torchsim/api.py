@@ -23,6 +23,7 @@ from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
 from torchsim.lowering.precision import WeightPrecision, weight_bytes, with_precision
+from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
 from torchsim.prediction import KernelRecord, Prediction
 
 EAGER_HOST_S = assumed(4.5e-6, "s", "assumed: host time PyTorch eager spends per kernel (Python dispatch, ATen, "
@@ -40,7 +41,10 @@ class LaunchModel:
     step_overhead: Quantity  # once per forward step (the graph launch)
 
     @staticmethod
-    def for_mode(mode: str, hw: Any) -> LaunchModel:
+    def for_mode(mode: str, hw: Any, phase: str = "decode") -> LaunchModel:
+        hook = getattr(hw, "launch_model", None)  # a device with its own dispatch model (Tensix: metal trace)
+        if callable(hook):
+            return LaunchModel(*hook(mode, phase))
         if mode == "cuda-graphs":
             return LaunchModel(mode, assumed(0.0, "s", "CUDA graph replay: no per-kernel host work"),
                                hw.graph_launch_overhead_s, hw.launch_overhead_s)
@@ -69,13 +73,15 @@ class LaunchModel:
 
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
             kv_len: int | None = None, batch: int = 1, preset: str | Preset = "serving", launch: str | None = None,
-            dtype: str = "bf16", routing: Any = None, fallback: str | None = None, decode_samples: int = 3,
-            max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, workers: int | None = None, cache: bool = True,
-            progress: bool = False) -> Prediction:
+            dtype: str = "bf16", weights: str | None = None, routing: Any = None, fallback: str | None = None,
+            decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, workers: int | None = None,
+            cache: bool = True, progress: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
-    kv_len + t + 1 tokens. `launch` defaults to CUDA graphs for `serving` and eager launches for `eager`.
+    kv_len + t + 1 tokens. `launch` defaults to CUDA graphs for `serving` and eager launches for `eager`
+    (on Tensix: metal trace for decode, host dispatch for prefill, as tt_transformers runs them). `weights`
+    ("performance" | "accuracy", Tensix only) picks tt_transformers' data formats and fidelities per weight role.
     Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
     and kept in the on-disk cache (torchsim.kernel_cache; `cache=False` skips it).
 
@@ -108,7 +114,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
                              f"exceeds {name}'s context of {ctx_len} tokens")
     routing = _resolve_routing(routing, cfg, batch * prompt_len)
-    lm = LaunchModel.for_mode(launch, prof)
+    lms = {ph: LaunchModel.for_mode(launch, prof, ph) for ph in ("prefill", "decode")}
     t_setup = time.perf_counter()
 
     samples = _sample_steps(decode_steps, decode_samples)
@@ -117,8 +123,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     plans: list[KernelPlan] = []
     for _phase, _step, q, past in scenarios:
         cap = capture_model(module, batch, q, past)
-        plans.append(with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"),
-                                    precision))
+        plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision)
+        plans.append(adapt_plan(plan, prof, weights))  # Tensix: tt_transformers' ops, formats, fidelities
     t_plan = time.perf_counter()
 
     distinct = {c.key(): c for p in plans for c in p.calls}
@@ -132,26 +138,26 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     sims = [[s for _c, s in lc] for lc in launched]
     t_sim = time.perf_counter()
 
-    placed = [lm.place(s) for s in sims]
+    placed = [lms[sc[0]].place(s) for sc, s in zip(scenarios, sims, strict=True)]
     ttft = placed[0][1]
     step_s = _interpolate(samples, [pl[1] for pl in placed[1:]], decode_steps)
-    weights = _weights(samples, decode_steps)
+    step_weights = _weights(samples, decode_steps)
     step_start = [ttft + float(np.sum(step_s[:s])) for s in samples]
     clock = prof.clock_hz_value
     records: list[KernelRecord] = []
     for i, ((phase, step, _q, past), lc, (pos, _end)) in enumerate(zip(scenarios, launched, placed, strict=True)):
         base = 0.0 if phase == "prefill" else step_start[i - 1]
-        w = 1.0 if phase == "prefill" else weights[i - 1]
+        w = 1.0 if phase == "prefill" else step_weights[i - 1]
         kv = past + _q
         records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
                     for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
 
-    w_bytes = weight_bytes(module, precision)
+    w_bytes = tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)
     floors = [(w_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
     warnings = _memory_warning(name, prof, w_bytes, plans)
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
-        lm.describe(),
+        *dict.fromkeys(lm.describe() for lm in lms.values()),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
         "contiguous KV cache in the model's dtype"
         + ("; FP8 checkpoint: decoder-layer GEMMs FP8 E4M3 (bf16 out, activation quantisation fused into the "

@@ -26,6 +26,7 @@ SFPU_OPS: dict[str, Quantity] = {
     "rsqrt": assumed(12, "instr/vector", "assumed: Newton-Raphson inverse square root"),
     "silu": assumed(26, "instr/vector", "assumed: exp + reciprocal + multiply"),
     "gelu": assumed(20, "instr/vector", "assumed: polynomial/tanh approximation"),
+    "max": assumed(3, "instr/vector", "assumed: compare, conditional move of value and index (running argmax)"),
 }
 SFPU_LOAD_STORE = 2  # SFPLOAD + SFPSTORE per vector (facts.csv Wormhole-B0 sfpu.sfpload_granularity)
 VECTORS_PER_TILE = TILE_ELEMENTS // 32  # 32 datums per SFPLOAD (facts.csv sfpu.sfpload_granularity)

@@ -16,6 +16,7 @@ from torchsim.hwmodels.tensix.noc import NocId, NocModel, Rect
 from torchsim.hwmodels.tensix.profiles import XY, TensixProfile
 
 MCAST_AXES = ("none", "row", "col", "all")
+SOURCES = ("dram", "l1")  # where a node's bytes live: interleaved/sharded DRAM, or another core's L1
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,9 @@ class NodeRoute:
     `pages_w`: width of the DRAM tensor in pages (tiles); `block`: the node's tile block (rows, cols) in pages,
     placed by the node's tile coordinates. `mcast`: the node's data is read from DRAM by the first core of its
     row/column/grid and multicast to the others (tt-metal's in0/in1 senders); "none": each core reads its own.
+    `src` "l1": the bytes live in the L1 of core `peer` (logical x, y; a sharded activation): a read fetches
+    (or, with `mcast`, receives the multicast of) them from there, a write sends them there, no DRAM is touched.
+    `bank_of_cta`: the DRAM tensor is sharded by bank and the CTA reads its own bank (CTA parameter `bank`).
     """
 
     node: int
@@ -33,13 +37,20 @@ class NodeRoute:
     page_bytes: float
     pages_w: int
     block: tuple[int, int]
+    src: str = "dram"
+    peer: tuple[int, int] = (0, 0)
+    bank_of_cta: bool = False
 
     @staticmethod
     def parse(d: dict[str, Any]) -> NodeRoute:
+        peer = d.get("peer", (0, 0))
         r = NodeRoute(int(d["node"]), int(d.get("noc", 0)), str(d.get("mcast", "none")), float(d["page_bytes"]),
-                      int(d["pages_w"]), (int(d["block"][0]), int(d["block"][1])))
+                      int(d["pages_w"]), (int(d["block"][0]), int(d["block"][1])), str(d.get("src", "dram")),
+                      (int(peer[0]), int(peer[1])), bool(d.get("bank_of_cta", False)))
         if r.mcast not in MCAST_AXES:
             raise ValueError(f"memory node {r.node}: mcast {r.mcast!r} is not one of {MCAST_AXES}")
+        if r.src not in SOURCES:
+            raise ValueError(f"memory node {r.node}: src {r.src!r} is not one of {SOURCES}")
         return r
 
 
@@ -60,10 +71,12 @@ class TensixMemory:
         self.cols, self.rows = cols[:gx], rows[:gy]
         self.routes: list[dict[int, NodeRoute]] = []
         self.pidx: list[tuple[int, int]] = []
+        self.bank_idx: list[int] = []
         for c in kernel.classes:
             self.routes.append({r.node: r for r in map(NodeRoute.parse, c.graph.attrs.get("noc", []))})
             names = list(c.param_names)
             self.pidx.append((names.index("cx") if "cx" in names else -1, names.index("cy") if "cy" in names else -1))
+            self.bank_idx.append(names.index("bank") if "bank" in names else -1)
         self.shared: dict[tuple[Any, ...], float] = {}
         self.dram_bytes = 0.0
         self.bank_rate = float(hw.dram_bank_bytes_per_s) / hw.clock_hz_value
@@ -97,7 +110,16 @@ class TensixMemory:
         noc = NocId(route.noc)
         cx, cy = self.core(cls, params, sm)
         me = self.xy(cx, cy)
-        per_bank = self._bank_bytes(route, key, nbytes)
+        if route.src == "l1":
+            return self._l1(t, cls, j, key, route, me, nbytes, read, noc)
+        if route.bank_of_cta:
+            ib = self.bank_idx[cls]
+            if ib < 0:
+                raise ValueError(f"memory node {j} of CTA class {cls} reads its CTA's DRAM bank, but the class has "
+                                 "no 'bank' parameter")
+            per_bank = {int(params[ib]) % self.banks: nbytes}
+        else:
+            per_bank = self._bank_bytes(route, key, nbytes)
         ideal = 2 * self.noc.latency(me, self.hw.dram_bank_xy[0], noc) + nbytes / (self.bank_rate * len(per_bank))
         if not read:
             self.dram_bytes += nbytes
@@ -124,6 +146,24 @@ class TensixMemory:
                             max(y for _, y in xys))
                 got = max(got, self.noc.multicast(got, sender, xys, rect, nbytes, noc))
             self.shared[memo] = got
+        return max(self.shared[memo], t + 2 * self.noc.niu), ideal
+
+    def _l1(self, t: int, cls: int, j: int, key: tuple[Any, ...] | None, route: NodeRoute, me: XY, nbytes: float,
+            read: bool, noc: NocId) -> tuple[float, float]:
+        """A transfer to or from core `route.peer`'s L1; a multicast read is sent once by the peer to the grid."""
+        peer = self.xy(*route.peer)
+        ideal = 2 * self.noc.latency(me, peer, noc) + nbytes / self.noc.niu_rate
+        if not read:
+            return self.noc.write(t, me, peer, nbytes, noc), ideal
+        if route.mcast == "none":
+            return self.noc.read(t, me, peer, nbytes, noc), ideal
+        memo = (cls, j, key, route.peer)
+        if memo not in self.shared:  # the first core ready for the block triggers the sender's multicast
+            dests = [self.xy(x, y) for y in range(self.grid[1]) for x in range(self.grid[0])
+                     if self.xy(x, y) != peer]
+            rect = Rect(min(x for x, _ in dests), min(y for _, y in dests), max(x for x, _ in dests),
+                        max(y for _, y in dests))
+            self.shared[memo] = self.noc.multicast(t, peer, dests, rect, nbytes, noc)
         return max(self.shared[memo], t + 2 * self.noc.niu), ideal
 
     def busy(self, cycles: int) -> dict[str, float]:

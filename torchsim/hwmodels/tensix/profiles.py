@@ -18,6 +18,7 @@ from torchsim.graph.kinds import DType, Unit
 from torchsim.hwmodels.quantity import Quantity
 from torchsim.hwmodels.tensix import facts as F
 from torchsim.hwmodels.tensix.formats import TENSIX_FORMATS, default_fidelity
+from torchsim.hwmodels.tensix.launch import blackhole_dispatch, wormhole_dispatch
 
 XY = tuple[int, int]
 
@@ -79,6 +80,10 @@ class TensixProfile:
     dram_latency_cycles: Quantity
     kernel_launch_cycles: Quantity
     launch_overhead_s: Quantity
+    program_dispatch_s: Quantity  # dispatcher time to prepare one program (launch.py)
+    op_to_op_s: Quantity  # go-signal gap between ops whose dispatch is hidden
+    host_dispatch_s: Quantity  # host time per op without metal trace
+    step_overhead_s: Quantity  # host work once per forward step
     worker_xy: tuple[XY, ...]  # NoC coordinates of the compute grid, row-major (y outer)
     dram_bank_xy: tuple[XY, ...]  # the NoC endpoint workers use for each DRAM bank
     placement_source: str
@@ -132,6 +137,11 @@ class TensixProfile:
                         f"{int(self.dram_banks)} banks x {self.dram_bank_bytes_per_s.source}")
 
     @property
+    def dram_bytes_per_s(self) -> Quantity:
+        """The DRAM bandwidth torchsim.api quotes for the weight-streaming floor (the banks' peak)."""
+        return self.dram_peak_bytes_per_s
+
+    @property
     def dram_bytes_per_s_value(self) -> float:
         return float(self.dram_banks) * float(self.dram_bank_bytes_per_s)
 
@@ -158,9 +168,20 @@ class TensixProfile:
         from torchsim.hwmodels.tensix.formats import MathFidelity
         return unit_specs(self, MathFidelity.parse(kernel.attrs.get("fidelity", "HiFi2")))
 
+    def launch_model(self, mode: str, phase: str) -> tuple[str, Quantity, Quantity, Quantity]:
+        """(label, host per op, device gap, per step) as tt-metal dispatches ops (launch.py)."""
+        from torchsim.hwmodels.tensix.launch import launch_terms
+        return launch_terms(self, mode, phase)
+
     def memory_system(self, kernel: Any) -> Any:
         from torchsim.hwmodels.tensix.machine import TensixMemory
         return TensixMemory(self, kernel)
+
+    @property
+    def fma_flop_per_clk_per_sm(self) -> Quantity:
+        """Vector FLOPs per core per clock (the roofline's non-matmul rate): the SFPU's 32 lanes of SFPMAD."""
+        return Quantity(2 * float(self.sfpu_lanes), "FLOP/clk", "derived",
+                        F.fact(F.WH, "sfpu.sfpu_fp32_flop_per_clk") + " (32 lanes x 2)")
 
     def tensor_flop_per_clk_per_sm(self, dtype: DType) -> float:
         return 0.0  # no GPU tensor cores: Tensix matmuls run on Unit.FPU
@@ -236,7 +257,7 @@ def wormhole_n150() -> TensixProfile:
         name="wormhole-n150", chip=TensixChip.WORMHOLE_B0, firmware="any",
         description="Tenstorrent Wormhole n150 (one Wormhole B0 ASIC, 72 Tensix, 8x8 compute grid, 12 GB GDDR6)",
         worker_xy=_grid_xy(F.WH_WORKER_COLS, F.WH_WORKER_ROWS[:8]), dram_bank_xy=F.WH_DRAM_WORKER_ENDPOINTS,
-        placement_source=F.WH_PLACEMENT, **F.wormhole_numbers())
+        placement_source=F.WH_PLACEMENT, **(F.wormhole_numbers() | wormhole_dispatch()))
 
 
 def wormhole_n300() -> TensixProfile:
@@ -260,7 +281,8 @@ def blackhole_p150(firmware: BlackholeFirmware | str = BlackholeFirmware.FW_19_5
     enabled, gx, note = (140, 13, "launch firmware") if fw is BlackholeFirmware.LAUNCH else (120, 11, "FW v19.5.0")
     grid_src = F.fact(F.BH, "grid.compute_grid_used_by_tt-metal") + f" ({note}: one enabled column does dispatch)"
     name = "blackhole-p150" if fw is BlackholeFirmware.FW_19_5 else "blackhole-p150-launch"
-    numbers = F.blackhole_numbers() | {
+    clock_ratio = F.blackhole_numbers()["clock_hz"].value / F.wormhole_numbers()["clock_hz"].value
+    numbers = F.blackhole_numbers() | blackhole_dispatch(clock_ratio) | {
         "tensix_enabled": Quantity(enabled, "cores", "documented", F.fact(F.BH, "grid.tensix_enabled_by_product")),
         "compute_grid_x": Quantity(gx, "cores", "documented", grid_src),
         "compute_grid_y": Quantity(10, "cores", "documented", grid_src),

@@ -1,8 +1,10 @@
 """KernelCall -> Tensix KernelGraph: one builder per KernelKind, reading Tensix-only call parameters.
 
 Call parameters beyond the kind's own: `grid` ("8x8"), `fidelity` ("LoFi".."HiFi4"), `in1_dtype` (weight
-format, e.g. DType.BFP8_B or "bfp8_b"), `out_dtype`. Kinds without a Tensix template raise NotImplementedError
-(the prediction API falls back to a roofline estimate and flags the row).
+format, e.g. DType.BFP8_B or "bfp8_b"), `out_dtype`, `kv_dtype` (attention), `program` ("dram_sharded":
+tt-metal's decode matmul, weights sharded over the DRAM banks; default "mcast"), `fp32_acc`, `storage_cores`.
+Kinds without a Tensix template raise NotImplementedError (the prediction API falls back to a roofline estimate
+and flags the row).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels.tensix.profiles import TensixProfile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates.tensix.attention import flash_decode, sdpa_prefill
+from torchsim.lowering.templates.tensix.dram_sharded import dram_sharded_matmul
 from torchsim.lowering.templates.tensix.matmul import matmul
 from torchsim.lowering.templates.tensix.stream import TileWork, stream_kernel
 
@@ -27,6 +30,15 @@ def _dtype(v: object, default: DType) -> DType:
 
 def _gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
     batch = int(call.p("batch", 1))
+    program = str(call.p("program", "") or "mcast")
+    if program == "dram_sharded":
+        return dram_sharded_matmul(call.p("m") * batch, call.p("n"), call.p("k"), call.dtype, hw,
+                                   in1=_dtype(call.p("in1_dtype", ""), call.dtype),
+                                   out=_dtype(call.p("out_dtype", ""), call.dtype),
+                                   fidelity=call.p("fidelity", "") or None, fp32_acc=bool(call.p("fp32_acc", False)),
+                                   cores=int(call.p("storage_cores", 0)) or None, name=call.name or "gemm")
+    if program != "mcast":
+        raise ValueError(f"gemm {call.name!r}: unknown Tensix matmul program {program!r}; valid: mcast, dram_sharded")
     return matmul(call.p("m") * batch, call.p("n"), call.p("k"), call.dtype, hw,
                   in1=_dtype(call.p("in1_dtype", ""), call.dtype), out=_dtype(call.p("out_dtype", ""), call.dtype),
                   fidelity=call.p("fidelity", "") or None, grid=call.p("grid", "") or None,
@@ -92,6 +104,14 @@ def _embedding(call: KernelCall, hw: TensixProfile) -> KernelGraph:
                          hw, grid=call.p("grid", "") or None)
 
 
+def _argmax(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    """ttnn.argmax over the vocabulary: the logits streamed once, a running max and index on the SFPU."""
+    r, c = _rows_cols(call, "rows", "vocab")
+    return stream_kernel("argmax", r * c, [("logits", call.dtype, 1.0)], call.dtype,
+                         TileWork(sfpu=(("max", 1.0),), llk_calls=1.0), hw, grid=call.p("grid", "") or None,
+                         flops=float(call.p("rows")) * call.p("vocab"))
+
+
 def _grouped_gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
     """MoE experts: one matmul per expert sized by its routed tokens, launched back to back (one CTA class
     each); experts without tokens cost nothing."""
@@ -133,6 +153,7 @@ TENSIX_TEMPLATES: dict[KernelKind, Builder] = {
     KernelKind.SOFTMAX: _softmax,
     KernelKind.ROPE: _rope,
     KernelKind.EMBEDDING: _embedding,
+    KernelKind.ARGMAX: _argmax,
 }
 
 

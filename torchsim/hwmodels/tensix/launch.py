@@ -1,0 +1,82 @@
+"""How tt-metal puts one program (op) after another on a Tensix chip: the dispatch numbers and the launch model
+that torchsim.api places kernels with (`TensixProfile.launch_model`).
+
+Fast dispatch runs on dispatch cores: for each program it writes launch messages, runtime arguments, circular-
+buffer configurations and kernel binaries into the workers' L1 and then sends the go signal. The dispatcher
+prepares program i+1 while program i runs, so an op starts at max(end of the previous op + the go-signal gap,
+the time the dispatcher finished preparing it); short ops become dispatch-bound. With metal trace (how
+tt_transformers runs decode) the command stream is replayed from DRAM and the host does nothing per op; without
+trace (tt_transformers' prefill) the host's Python/C++ dispatch is what the device waits for.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from torchsim.hwmodels.quantity import Quantity, derived, measured
+
+_TG_PERF = ("tt-metal models/demos/llama3_subdevices/tests/test_decoder_device_perf.py perf_targets (Wormhole "
+            "Galaxy, Llama-3 70B decode, metal trace)")
+_LLMS = "tt-metal tech_reports/LLMs/llms.md"
+
+
+class DispatchMode(Enum):
+    """Who issues the ops of a step."""
+
+    TRACE = "metal trace"  # the command stream replayed from DRAM by the dispatch cores
+    HOST = "host dispatch"  # every op issued by the host (Python + ttnn + command queue)
+
+
+def wormhole_dispatch() -> dict[str, Quantity]:
+    """The dispatch Quantities of a Wormhole profile (fields of TensixProfile)."""
+    return {
+        "program_dispatch_s": measured(6.1e-6, "s", _TG_PERF + ": 'non-overlapped-dispatch-time' (kernels returning "
+                                       "at once, TT_METAL_KERNELS_EARLY_RETURN=1) is 2.3-10.7 us per op, median "
+                                       "6.1 us (Matmul 5.6-6.1, Binary 5.9-6.8, RMS 6.2-7.3); the dispatcher's time "
+                                       "to prepare one program"),
+        "op_to_op_s": measured(0.65e-6, "s", _TG_PERF + ": 'op_to_op' 0.54-0.77 us for ops whose dispatch is "
+                               "hidden behind the previous op (go signal to first core start); llms.md §4.5.5 "
+                               "bounds the traced op-to-op gap by 6 us"),
+        "host_dispatch_s": derived(38e-6, "s", _LLMS + " §4.5.4: without trace a Llama decoder layer spent 756 us "
+                                   "between ops against 362 us on device; / ~20 ops per layer (tt_transformers "
+                                   "decode) = ~38 us of host dispatch per op"),
+        "step_overhead_s": Quantity(300e-6, "s", "documented", _TG_PERF + ": tt-metal's own t/s/u estimate adds "
+                                    "'~300 python-overhead' us per decode step (execute_trace, token readback, "
+                                    "next inputs)"),
+    }
+
+
+def blackhole_dispatch(clock_ratio: float) -> dict[str, Quantity]:
+    """Blackhole: the dispatch firmware runs on the same RISC-V cores at `clock_ratio` x Wormhole's clock;
+    the per-program dispatch time scales with it, the host-side figures do not."""
+    wh = wormhole_dispatch()
+    scaled = {k: derived(float(wh[k]) / clock_ratio, "s", f"Wormhole {wh[k].source}; / {clock_ratio:.2f} "
+                         "(dispatch-core RISC-V clock, assumed to scale)")
+              for k in ("program_dispatch_s", "op_to_op_s")}
+    return wh | scaled
+
+
+def launch_terms(hw: Any, mode: str, phase: str) -> tuple[str, Quantity, Quantity, Quantity]:
+    """(label, host time per op, device gap between ops, overhead per step) for torchsim.api.LaunchModel.
+
+    `mode` "cuda-graphs" (the serving default) means what tt_transformers does: decode under metal trace,
+    prefill dispatched by the host (llms.md §4.1: "We typically use tracing for the decode pass of LLMs but not
+    the prefill pass"); "eager" means no trace in either phase.
+    """
+    if mode not in ("cuda-graphs", "eager"):
+        raise ValueError(f"unknown launch mode {mode!r} for {hw.name}; valid: cuda-graphs (metal trace for "
+                         "decode, as tt_transformers runs it), eager (no trace)")
+    traced = mode == "cuda-graphs" and phase == "decode"
+    how = DispatchMode.TRACE if traced else DispatchMode.HOST
+    issue = hw.program_dispatch_s if traced else _host_issue(hw)
+    return f"{how.value} ({phase})", issue, hw.op_to_op_s, hw.step_overhead_s
+
+
+def _host_issue(hw: Any) -> Quantity:
+    """Without trace the device waits for whichever is slower: the host issuing the op or the dispatcher."""
+    host, disp = hw.host_dispatch_s, hw.program_dispatch_s
+    return host if float(host) >= float(disp) else disp
+
+
+__all__ = ["DispatchMode", "blackhole_dispatch", "launch_terms", "wormhole_dispatch"]

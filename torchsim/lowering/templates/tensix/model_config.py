@@ -1,0 +1,186 @@
+"""tt_transformers' model configuration applied to a torchsim KernelPlan on a Tensix profile: weight data formats
+and math fidelity per tensor role (performance / accuracy mode), the matmul program per phase, and the ops
+tt-metal launches around them (tt_ops.py).
+
+Sits between lowering.plan and kernel simulation: torchsim.api calls `adapt_plan(plan, hw, weights)` on every
+plan; GPU plans pass through unchanged. Source of every setting: tt-metal models/tt_transformers/tt/model_config.py
+(ModelOptimizations.performance / .accuracy, _default_settings, the DECODE_*/PREFILL_* program configs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from torchsim.graph.kinds import DType
+from torchsim.hwmodels.tensix.formats import MathFidelity
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.plan import KernelPlan
+from torchsim.lowering.templates.tensix.tt_ops import tt_ops
+
+SOURCE = "tt-metal models/tt_transformers/tt/model_config.py"
+
+
+class WeightMode(Enum):
+    """tt_transformers' `--optimizations`: performance (its demo default) or accuracy."""
+
+    PERFORMANCE = "performance"
+    ACCURACY = "accuracy"
+
+    @classmethod
+    def parse(cls, name: str | WeightMode | None) -> WeightMode:
+        if isinstance(name, WeightMode):
+            return name
+        if name is None:
+            return cls.PERFORMANCE
+        for m in cls:
+            if m.value == str(name).strip().lower():
+                return m
+        raise ValueError(f"unknown weights mode {name!r}; valid: {', '.join(m.value for m in cls)}")
+
+
+class Role(Enum):
+    """tt_transformers' TensorGroup of a weight matrix."""
+
+    WQKV = "wqkv"
+    WO = "wo"
+    FF1_FF3 = "ff1_3"
+    FF2 = "ff2"
+    LM_HEAD = "lm_head"
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """Weight data format and the math fidelity of the matmul that reads it."""
+
+    weights: DType
+    fidelity: MathFidelity
+    fp32_acc: bool  # fp32_dest_acc_en of the compute kernel config
+
+
+_BFP8_HIFI2 = Precision(DType.BFP8_B, MathFidelity.HIFI2, True)  # COMPUTE_KERNEL_CONFIG_HIFI2 (fp32 dest acc)
+_BFP8_HIFI2_FP16 = Precision(DType.BFP8_B, MathFidelity.HIFI2, False)  # HIFI2_FP16: MLP default, 16-bit Dst
+_BFP4_LOFI = Precision(DType.BFP4_B, MathFidelity.LOFI, False)  # compute_kernel_config_lofi
+_LM_HEAD = Precision(DType.BFP8_B, MathFidelity.HIFI2, False)  # lm_head.py: HiFi2, fp32_dest_acc_en=False
+
+# _default_settings: BFP8 everywhere, MLP at HiFi2 with fp16 accumulation, attention linears at HiFi2;
+# performance: FF1/FF3 in BFP4 at LoFi; accuracy (Llama-3 / Mistral-7B branch): BFP8 attention + KV, MLP HiFi2.
+# The LM head weights are bfloat8_b (tt_transformers lm_head.py) at HiFi2 with 16-bit accumulation.
+MODES: dict[WeightMode, dict[Role, Precision]] = {
+    WeightMode.PERFORMANCE: {Role.WQKV: _BFP8_HIFI2, Role.WO: _BFP8_HIFI2, Role.FF1_FF3: _BFP4_LOFI,
+                             Role.FF2: _BFP8_HIFI2_FP16, Role.LM_HEAD: _LM_HEAD},
+    WeightMode.ACCURACY: {Role.WQKV: _BFP8_HIFI2, Role.WO: _BFP8_HIFI2, Role.FF1_FF3: _BFP8_HIFI2_FP16,
+                          Role.FF2: _BFP8_HIFI2_FP16, Role.LM_HEAD: _LM_HEAD},
+}
+KV_CACHE = DType.BFP8_B  # TensorGroup.KV_CACHE: bfp8 in both modes for Llama 3
+SDPA_FIDELITY = {"decode": MathFidelity.HIFI2, "prefill": MathFidelity.HIFI4}  # OpGroup.SDPA_DECODE / _PREFILL
+PREFILL_GRID = "8x8"  # find_prefill_grid(8, ...) and SDPAProgramConfig(compute_with_storage_grid_size=(8, 8))
+DECODE_ROWS = 32  # tile_padded_batch_rows: decode matmuls run DRAM-sharded for up to 32 users
+
+_NAMES: tuple[tuple[Role, tuple[str, ...]], ...] = (
+    (Role.WQKV, ("q_proj", "k_proj", "v_proj", "qkv", "wq", "wk", "wv")),
+    (Role.WO, ("o_proj", "wo", "out_proj")),
+    (Role.FF1_FF3, ("gate_proj", "up_proj", "gate_up", "w1", "w3")),
+    (Role.FF2, ("down_proj", "w2")),
+    (Role.LM_HEAD, ("lm_head", "output")),
+)
+
+
+def role_of(name: str) -> Role | None:
+    """The tensor role of a weight named `name` (a parameter or a call name); None for non-matmul weights."""
+    parts = name.replace("+", ".").split(".")
+    for role, keys in _NAMES:
+        if any(p in keys for p in parts):
+            return role
+    return None
+
+
+def precision(mode: WeightMode, role: Role) -> Precision:
+    return MODES[mode][role]
+
+
+def storage_cores(role: Role, kt: int, nt: int) -> int:
+    """Cores the decode activation is width-sharded on (the DRAM-sharded matmul's in0 senders), per role:
+    attention linears on dram_shard_core_grid_for_k(dim) (find_grid: the divisor of K tiles nearest 32 cores),
+    MLP on dram_shard_core_grid_for_k_and_n (the most cores <= 64 dividing K and N tiles), the LM head on its
+    lm_head_core_grid (8 x the most rows <= 8 dividing dim / 256)."""
+    if role in (Role.WQKV, Role.WO):
+        return min((c for c in range(1, 65) if kt % c == 0), key=lambda c: (abs(c - 32), c))
+    if role is Role.LM_HEAD:
+        return 8 * max(r for r in range(1, 9) if kt % (8 * r) == 0) if kt % 8 == 0 else 1
+    return max(c for c in range(1, 65) if kt % c == 0 and nt % c == 0)
+
+
+def with_params(call: KernelCall, **params: Any) -> KernelCall:
+    """`call` with extra (or replaced) params; name, layer and source stay."""
+    merged = {**dict(call.params), **params}
+    return replace(call, params=tuple(sorted(merged.items())))
+
+
+def configure(call: KernelCall, mode: WeightMode, phase: str) -> KernelCall:
+    """Tensix params of one call: weight format, fidelity and matmul program of its role; KV format for attention."""
+    if call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
+        role = role_of(call.name)
+        if role is None:
+            return call
+        p = precision(mode, role)
+        extra: dict[str, Any] = {"in1_dtype": p.weights.name.lower(), "fidelity": p.fidelity.label}
+        rows = int(call.p("m", 0)) * int(call.p("batch", 1)) if call.kind is KernelKind.GEMM else 0
+        if call.kind is KernelKind.GEMM and 0 < rows <= DECODE_ROWS and (phase == "decode" or role is Role.LM_HEAD):
+            kt, nt = -(-int(call.p("k")) // 32), -(-int(call.p("n")) // 32)
+            extra |= {"program": "dram_sharded", "fp32_acc": p.fp32_acc, "storage_cores": storage_cores(role, kt, nt)}
+        elif phase == "prefill":
+            extra["grid"] = PREFILL_GRID
+        return with_params(call, **extra)
+    if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
+        ph = "decode" if call.kind is KernelKind.ATTENTION_DECODE else "prefill"
+        return with_params(call, kv_dtype=KV_CACHE.name.lower(), fidelity=SDPA_FIDELITY[ph].label, grid=PREFILL_GRID)
+    return call
+
+
+def is_tensix(hw: Any) -> bool:
+    arch = getattr(hw, "arch", None)
+    return getattr(arch, "name", "") == "TENSIX"
+
+
+def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None) -> KernelPlan:
+    """The plan as tt_transformers runs it on a Tensix `hw` (GPU plans unchanged; `weights` is an error there).
+
+    >>> from torchsim.hwmodels.tensix.profiles import wormhole_n150
+    >>> from torchsim.lowering.plan import Preset
+    >>> c = KernelCall.make(KernelKind.GEMM, m=1, n=4096, k=4096, name="layers.0.mlp.down_proj", layer=0)
+    >>> p = adapt_plan(KernelPlan((c,), Preset.SERVING, "decode", 1, 1, 8), wormhole_n150(), "performance")
+    >>> p.calls[0].p("in1_dtype"), p.calls[0].p("program")
+    ('bfp8_b', 'dram_sharded')
+    """
+    if not is_tensix(hw):
+        if weights is not None:
+            raise ValueError(f"weights={weights!r} selects tt_transformers' per-role data formats, which apply to "
+                             f"Tenstorrent profiles only; {getattr(hw, 'name', hw)} runs the model's dtype "
+                             "(use dtype='fp8' for FP8 weights on GPUs)")
+        return plan
+    mode = WeightMode.parse(weights)
+    cols = lm_head_split_cols(hw)
+    calls = tuple(configure(c, mode, plan.phase) for op in plan.calls for c in tt_ops(op, plan.phase, cols))
+    return replace(plan, calls=calls)
+
+
+def lm_head_split_cols(hw: Any) -> int:
+    """Vocabulary columns per LM-head matmul: `max_columns_per_device_lm_head` = 128256 // 8 on Blackhole,
+    668 columns x the 64-core lm_head_core_grid on Wormhole ("close to the L1 limit", model_config.py)."""
+    return 128256 // 8 if getattr(getattr(hw, "chip", None), "value", "") == "blackhole" else 668 * 64
+
+
+def tensix_weight_bytes(module: Any, hw: Any, weights: str | None = None) -> float | None:
+    """Bytes of the model's weights as tt_transformers stores them (matrices per role; embeddings and norms in
+    bf16); None for GPU profiles."""
+    if not is_tensix(hw):
+        return None
+    mode = WeightMode.parse(weights)
+    total = 0.0
+    for name, p in module.named_parameters():
+        role = role_of(name) if p.dim() >= 2 else None
+        per = precision(mode, role).weights.nbytes if role is not None else 2.0
+        total += p.numel() * per
+    return total
