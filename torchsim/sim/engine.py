@@ -18,17 +18,18 @@ import numpy as np
 from torchsim.graph import KernelGraph, Op, Unit
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.sim.clusters import ClusterMixin, dsmem_nodes
-from torchsim.sim.l1 import L1Cache, l1_capacity, tile_lines
+from torchsim.sim.issue import IssueMixin
+from torchsim.sim.l1 import L1Cache, l1_capacity
+from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import IssuePolicy, current_default, get_policy
-from torchsim.sim.prepare import COMPUTE, GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
+from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
-from torchsim.sim.result import DeadlockError, KernelResult, NodeRecord
-from torchsim.sim.state import W_BARRIER, W_DATA, W_ORDER, WAIT_NAMES, CtaState, SmState, gpu_units
+from torchsim.sim.result import DeadlockError, KernelResult
+from torchsim.sim.state import W_DATA, CtaState, SmState, gpu_units
 from torchsim.sim.summary import STALLS, diagnose, summarize
 
 EV_DONE, EV_WAKE, EV_LAUNCH = 0, 1, 2
-INF = math.inf
 
 
 def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] | None = None,
@@ -46,7 +47,7 @@ def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePol
     return _Engine(kernel, hw, policy, record, max_sms, l1, noc).run()
 
 
-class _Engine(ClusterMixin):
+class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
     def __init__(self, kernel: KernelGraph, hw: GpuProfile, policy: str | type[IssuePolicy] | None, record: bool,
                  max_sms: int | None, l1: bool = True, noc: NocConfig | None = None) -> None:
         kernel.validate()
@@ -77,6 +78,7 @@ class _Engine(ClusterMixin):
         self.l2 = LruCache(float(hw.l2_bytes.value) if self.memsys is None else 0.0)
         self.l2srv = BandwidthServer("l2", float(hw.l2_bytes_per_s.value) / clk if self.memsys is None else 1.0)
         self.dram = BandwidthServer("dram", hw.dram_bytes_per_s_value / clk)
+        self.tma_lat = 0
         if self.memsys is None:
             self.l2_lat = int(hw.l2_latency_cycles.value)
             self.dram_lat = int(hw.dram_latency_cycles.value)
@@ -98,6 +100,13 @@ class _Engine(ClusterMixin):
         self.group_nodes = [tuple(int(x) for x in np.bincount([g for g, c in zip(p.group, p.code) if c != ISSUE_ONLY],
                                                               minlength=p.ngroups)) for p in self.preps]
         self.occ = [self._occupancy(c, p) for c, p in zip(kernel.classes, self.preps)]
+        self.info = [self._node_table(ci, p) for ci, p in enumerate(self.preps)]
+        # Without throttling or cluster barriers, whether an SM can issue depends only on its own state, so a
+        # ready node that cannot issue yet and a subpartition that just issued schedule a wake at the earliest
+        # cycle anything could issue instead of re-scanning the SM every cycle (same issue order, fewer events).
+        self.lazy = not pol.throttles and self.cluster <= 1
+        self.throttles = pol.throttles
+        self.plain_issued = pol.issued is IssuePolicy.issued  # `issued` only records the last age per subpartition
         self.heap: list[tuple[int, int, int, Any, Any]] = []
         self.seq = 0
         self.dirty: list[int] = []
@@ -108,11 +117,37 @@ class _Engine(ClusterMixin):
         self.done_ctas = 0
         self.events = 0
         self.stalls = [0.0] * len(STALLS)
-        self.records: list[NodeRecord] = []
+        self.records: list[Any] = []
         self.cta_sm: list[int] = [-1] * len(self.pending)
         self.sm_end = [0] * self.nsm  # cycle at which each SM's last CTA retired
         self.resident: dict[int, CtaState] = {}
         self.now = 0
+
+    def _node_table(self, ci: int, p: Prepared) -> list[tuple[Any, ...]]:
+        """How each node of class `ci` is served: (kind, group, occupancy of its work on its unit, work, bytes
+        through the shared-memory port, their port occupancy, order successors, barrier it arrives at, TMA
+        latency). Every SM has the same units, so SM 0's stand for all."""
+        units = self.sms[0].units
+        port = units.get(Unit.LDST)
+        dsmem = self.dsmem[ci] if self.noc is not None else {}
+        table = []
+        for j in range(p.n):
+            code, unit = p.code[j], units.get(p.unit[j])
+            if code == ISSUE_ONLY:
+                kind = K_SYNC
+            elif j in dsmem:
+                kind = K_REMOTE
+            elif code == GLOBAL_WRITE:
+                kind = K_WRITE
+            elif code == GLOBAL_READ:
+                kind = K_LDG if self.l1 is not None and p.op[j] == Op.LDG else K_READ
+            else:
+                kind = K_PIPE
+            sio = p.smem_io[j]
+            table.append((kind, p.group[j], unit.occupancy(p.work[j]) if unit is not None else 0, p.work[j], sio,
+                          port.occupancy(sio) if sio and port is not None else 0, p.order_succ[j], p.arrive[j],
+                          self.tma_lat if p.unit[j] == Unit.TMA else 0))
+        return table
 
     # -- occupancy and CTA dispatch ---------------------------------------------------------------------
     def _occupancy(self, cls: Any, p: Prepared) -> int:
@@ -153,16 +188,15 @@ class _Engine(ClusterMixin):
     def _launch(self, sm_idx: int, cta_index: int, t: int) -> None:
         ci, row = self.pending[cta_index]
         p = self.preps[ci]
-        cta = CtaState(cta_index, p, ci, self.kernel.classes[ci].params[row], sm_idx, t)
+        cta = CtaState(cta_index, p, ci, self.kernel.classes[ci].params[row], self.sms[sm_idx], t, self.info[ci])
         self.resident[cta_index] = cta
         self.cta_sm[cta_index] = sm_idx
         self.policies[sm_idx].launched(cta_index, self.group_nodes[ci], t)
-        for j in range(p.n):
-            if cta.pred[j] == 0:
-                self._ready(cta, j, t)
+        for j in p.roots:
+            self._ready(cta, j, t)
 
     def _retire(self, cta: CtaState, t: int) -> None:
-        sm = self.sms[cta.sm]
+        sm = cta.smo
         p = cta.prep
         sm.ctas -= 1
         sm.threads -= p.threads
@@ -188,213 +222,20 @@ class _Engine(ClusterMixin):
             self.is_dirty[sm] = True
             self.dirty.append(sm)
 
-    def _ready(self, cta: CtaState, j: int, t: int) -> None:
-        p = cta.prep
-        need = p.need[j]
-        if need:
-            b = p.barrier[j]
-            if b in self.cluster_bars[cta.cls]:
-                key = (cta.seq // self.cluster, b)
-                if self.cbar.get(key, 0) < need:
-                    self.cbar_wait.setdefault(key, []).append((cta, j))
-                    return
-            elif cta.bar[b] < need:
-                cta.bar_wait[b].append(j)
-                return
-        cta.ready_t[j] = t
-        if p.code[j] == ISSUE_ONLY:  # synchronisation retires in the cycle it becomes ready
-            self.instant.append((cta, j))
-            return
-        self.sms[cta.sm].queues[p.sp0[j]].append((cta.seq * 4096 + p.group[j], j, cta))
-        self._mark(cta.sm)
-
-    def _issue(self, sm: SmState, cta: CtaState, j: int, t: int) -> None:
-        p = cta.prep
-        st = self.stalls
-        # waiting before issue: dependency wait since the group's previous issue, then issue wait
-        g = p.group[j]
-        rt = cta.ready_t[j]
-        dep = rt - cta.grp_last[g]
-        if dep > 0:
-            st[cta.why[j] if cta.why[j] < 3 else 0] += dep
-        code = p.code[j]
-        unit = sm.units.get(p.unit[j]) if code != ISSUE_ONLY else None
-        if t > rt:
-            st[3 if unit is not None and unit.free_at > rt else 4] += t - rt
-        cta.grp_last[g] = t
-        # release order edges at issue
-        pred = cta.pred
-        for k in p.order_succ[j]:
-            pred[k] -= 1
-            if pred[k] == 0:
-                cta.why[k] = W_ORDER
-                self._ready(cta, k, t)
-        b = p.barrier[j] if p.op[j] == Op.BARRIER_ARRIVE else -1
-        if b >= 0 and self.cluster > 1 and b in self.cluster_bars[cta.cls]:
-            self._cluster_arrive(cta, b, t)
-            b = -1
-        if b >= 0:
-            cta.bar[b] += 1
-            waiters = cta.bar_wait[b]
-            if waiters:
-                still = []
-                for k in waiters:
-                    if cta.bar[b] >= p.need[k]:
-                        cta.why[k] = W_BARRIER
-                        cta.ready_t[k] = t
-                        if p.code[k] == ISSUE_ONLY:
-                            self.instant.append((cta, k))
-                        else:
-                            self.sms[cta.sm].queues[p.sp0[k]].append((cta.seq * 4096 + p.group[k], k, cta))
-                            self._mark(cta.sm)
-                    else:
-                        still.append(k)
-                cta.bar_wait[b] = still
-        # dispatch to the unit
-        if code == ISSUE_ONLY:
-            start = done = t
-        elif self.noc is not None and j in self.dsmem[cta.cls]:
-            start, done = t, self._remote(cta, j, unit, t)
-        elif code == COMPUTE or unit is not None and code not in (GLOBAL_READ, GLOBAL_WRITE):
-            assert unit is not None
-            end, done = unit.accept(t, p.work[j])
-            start = end - unit.occupancy(p.work[j])
-        else:
-            assert unit is not None
-            done, start = self._memory(unit, cta, j, t, code == GLOBAL_READ)
-        sio = p.smem_io[j]
-        if sio and Unit.LDST in sm.units:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
-            port_end, _ = sm.units[Unit.LDST].accept(t, sio)
-            if port_end > done:
-                done = port_end
-        if self.record:
-            self.records.append(NodeRecord(
-                cta.sm, cta.seq, p.name, p.group_names[g], j, p.names[j], Op(p.op[j]).name,
-                Unit(p.unit[j]).name, rt, t, start, done,
-                WAIT_NAMES[cta.why[j]] if dep > 0 or t > rt else "none", max(0, dep) + (t - rt)))
-        if done <= t:
-            self._complete(cta, j, t)
-        else:
-            self._push(done, EV_DONE, cta, j)
-
-    def _memory(self, fe: Pipeline, cta: CtaState, j: int, t: int, read: bool) -> tuple[int, int]:
-        p = cta.prep
-        nbytes = p.work[j]
-        fe_end, _ = fe.accept(t, nbytes)
-        if self.memsys is not None:
-            done_m, ideal_m = self.memsys.access(t, cta.sm, cta.cls, j, cta.params, cta.keys.get(j), nbytes, read)
-            done_i = math.ceil(max(fe_end, done_m))
-            queue = done_i - t - ideal_m
-            if queue > 0:
-                self.stalls[5] += queue
-            return done_i, t + max(0, int(queue))
-        if read and self.l1 is not None and p.op[j] == Op.LDG and j in cta.keys:
-            lines = self._lines(cta, j)
-            missed = self.l1[cta.sm].access(lines, cta.seq * 4096 + p.group[j], t) if lines else 0
-            if lines and not missed:
-                return fe_end + self.l1_lat, t
-            if lines:
-                nbytes = nbytes * missed / len(lines)  # only the missing lines go on to L2
-        key = cta.keys.get(j, (p.name, j, cta.seq))
-        hit = self.l2.access(key, nbytes)
-        l2_end = self.l2srv.serve(t, nbytes)
-        extra = self.tma_lat if p.unit[j] == Unit.TMA else 0
-        if read:
-            if hit:
-                done = max(fe_end, l2_end) + self.l2_lat + extra
-            else:
-                done = max(fe_end, l2_end, self.dram.serve(t, nbytes)) + self.dram_lat + extra
-            ideal = (self.l2_lat if hit else self.dram_lat) + extra + fe.occupancy(nbytes)
-        else:
-            self.dram.serve(t, nbytes)  # write-back traffic; the store completes at L2
-            done = max(fe_end, l2_end) + self.l2_lat + extra
-            ideal = self.l2_lat + extra + fe.occupancy(nbytes)
-        done_i = math.ceil(done)
-        queue = done_i - t - ideal
-        if queue > 0:
-            self.stalls[5] += queue
-        return done_i, t + max(0, queue)
-
-    def _lines(self, cta: CtaState, j: int) -> tuple[Any, ...]:
-        """The L1 lines node `j` of `cta` reads (memoised by class, node and tile coordinates)."""
-        key = cta.keys[j]
-        memo = (cta.cls, j, key)
-        lines = self.l1_lines.get(memo)
-        if lines is None:
-            g = self.kernel.classes[cta.cls].graph
-            tile = g.tiles[int(g.tile[j])]
-            lines = self.l1_lines[memo] = tile_lines(key, tile.shape, tile.dtype.nbytes)
-        return lines
-
     def _complete(self, cta: CtaState, j: int, t: int) -> None:
         self.events += 1
-        p = cta.prep
-        pred = cta.pred
-        for k in p.data_succ[j]:
-            pred[k] -= 1
-            if pred[k] == 0:
-                cta.why[k] = W_DATA
-                self._ready(cta, k, t)
+        succ = cta.prep.data_succ[j]
+        if succ:
+            pred = cta.pred
+            for k in succ:
+                n = pred[k] - 1
+                pred[k] = n
+                if n == 0:
+                    cta.why[k] = W_DATA
+                    self._ready(cta, k, t)
         cta.remaining -= 1
         if cta.remaining == 0:
             self._retire(cta, t)
-
-    # -- issue ------------------------------------------------------------------------------------------
-    def _try_issue(self, sm: SmState, t: int) -> None:
-        """Issue at most one ready node per free subpartition at cycle `t`, in policy order."""
-        spf = sm.sp_free
-        units = sm.units
-        nxt = INF
-        pol = self.policies[sm.index]
-        allowed = pol.allowed(t) if pol.throttles else None
-        for sp in range(self.nsp):
-            q = sm.queues[sp]
-            if not q:
-                continue
-            f = spf[sp]
-            if f > t:
-                if f < nxt:
-                    nxt = f
-                continue
-            if len(q) > 1:
-                q.sort(key=pol.key(sp))
-            held = False
-            for idx in range(len(q)):
-                e = q[idx]
-                if allowed is not None and e[0] not in allowed:
-                    held = True  # throttled by the policy: look again in a while
-                    continue
-                j = e[1]
-                p = e[2].prep
-                sps = p.sps[j]
-                if len(sps) > 1:
-                    busy = max([spf[s] for s in sps])
-                    if busy > t:
-                        if busy < nxt:
-                            nxt = busy
-                        continue
-                if p.code[j] != ISSUE_ONLY:
-                    unit = units[p.unit[j]]
-                    if not unit.queued and unit.free_at > t:
-                        if unit.free_at < nxt:
-                            nxt = unit.free_at
-                        continue
-                del q[idx]
-                for s in sps:
-                    spf[s] = t + 1
-                pol.issued(sp, e)
-                self._issue(sm, e[2], j, t)
-                if q and t + 1 < nxt:  # one issue per subpartition per cycle
-                    nxt = t + 1
-                break
-            if held and t + pol.recheck_cycles < nxt:
-                nxt = t + pol.recheck_cycles
-        if nxt < INF:
-            w = int(nxt)
-            if sm.wake is None or w < sm.wake:
-                sm.wake = w
-                self.seq += 1
-                heapq.heappush(self.heap, (w, self.seq, EV_WAKE, sm.index, None))
 
     # -- main loop --------------------------------------------------------------------------------------
     def run(self) -> KernelResult:
@@ -409,31 +250,56 @@ class _Engine(ClusterMixin):
                     progress = True
         heap = self.heap
         pop = heapq.heappop
+        sms = self.sms
+        dirty = self.dirty
+        is_dirty = self.is_dirty
+        instant = self.instant
+        ready = self._ready
+        issue = self._issue
+        retire = self._retire
+        try_issue = self._try_issue_throttled if self.throttles else self._try_issue
+        events = 0
         t = 0
         while heap:
             t, _, kind, a, b = pop(heap)
-            if kind == EV_DONE:
-                self._complete(a, b, t)
-            elif kind == EV_LAUNCH:
-                self._launch(a, b, t)
-            else:
-                sm = self.sms[a]
+            if kind == EV_DONE:  # node b of CTA a completes: release its data edges
+                events += 1
+                succ = a.prep.data_succ[b]
+                if succ:
+                    pred = a.pred
+                    for k in succ:
+                        n = pred[k] - 1
+                        pred[k] = n
+                        if n == 0:
+                            a.why[k] = W_DATA
+                            ready(a, k, t)
+                a.remaining -= 1
+                if a.remaining == 0:
+                    retire(a, t)
+            elif kind == EV_WAKE:
+                sm = sms[a]
                 if sm.wake == t:
                     sm.wake = None
-                    self._mark(a)
+                    if not is_dirty[a]:
+                        is_dirty[a] = True
+                        dirty.append(a)
+            else:
+                self._launch(a, b, t)
             if heap and heap[0][0] == t:
                 continue
-            instant = self.instant
-            while self.dirty or instant:
+            while dirty or instant:
                 while instant:
                     cta, j = instant.popleft()
-                    self._issue(self.sms[cta.sm], cta, j, t)
-                batch = sorted(self.dirty)
-                self.dirty.clear()
+                    issue(cta.smo, None, cta, j, t)
+                if len(dirty) > 1:
+                    dirty.sort()
+                batch = dirty[:]
+                dirty.clear()
                 for s in batch:
-                    self.is_dirty[s] = False
+                    is_dirty[s] = False
                 for s in batch:
-                    self._try_issue(self.sms[s], t)
+                    try_issue(sms[s], t)
+        self.events += events
         if self.done_ctas < len(self.pending):
             raise DeadlockError(diagnose(self, t))
         if self.memsys is None:  # write-back still queued at DRAM belongs to this kernel

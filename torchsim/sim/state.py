@@ -21,11 +21,14 @@ WAIT_NAMES = ("data", "order", "barrier", "launch")
 class CtaState:
     """A resident CTA: per-node counters for its template (freed when it retires)."""
 
-    __slots__ = ("seq", "prep", "cls", "params", "pred", "remaining", "bar", "bar_wait", "keys", "ready_t",
-                 "why", "grp_last", "sm", "index")
+    __slots__ = ("seq", "base", "prep", "info", "cls", "params", "pred", "remaining", "bar", "bar_wait", "keys",
+                 "ready_t", "why", "grp_last", "sm", "smo")
 
-    def __init__(self, seq: int, prep: Prepared, cls: int, params: np.ndarray, sm: int, t: int) -> None:
+    def __init__(self, seq: int, prep: Prepared, cls: int, params: np.ndarray, sm: SmState, t: int,
+                 info: list[Any]) -> None:
         self.seq = seq
+        self.base = seq * 4096  # age of group g = base + g
+        self.info = info  # the engine's per-node issue table of the class
         self.prep = prep
         self.cls = cls
         self.params = params
@@ -36,7 +39,8 @@ class CtaState:
         self.ready_t = [t] * prep.n
         self.why = [W_LAUNCH] * prep.n
         self.grp_last = [t] * prep.ngroups
-        self.sm = sm
+        self.sm = sm.index
+        self.smo = sm
         self.keys: dict[int, tuple[Any, ...]] = {}
         if prep.mem_nodes.size:
             coords = prep.mem_const + prep.mem_coef @ params  # [m, D]
@@ -45,11 +49,12 @@ class CtaState:
 
 
 class SmState:
-    __slots__ = ("index", "units", "sp_free", "queues", "wake", "threads", "regs", "smem", "ctas")
+    __slots__ = ("index", "units", "ulist", "sp_free", "queues", "wake", "threads", "regs", "smem", "ctas")
 
     def __init__(self, index: int, units: dict[int, Pipeline], nsp: int) -> None:
         self.index = index
         self.units = units
+        self.ulist: list[Pipeline | None] = [units.get(u) for u in range(max(Unit) + 1)]  # indexed by Unit
         self.sp_free = [0] * nsp
         self.queues: list[list[tuple[int, int, CtaState]]] = [[] for _ in range(nsp)]
         self.wake: int | None = None
