@@ -64,6 +64,10 @@ def wormhole_numbers() -> dict[str, Quantity]:
                                    " (>= 2-cycle address setup per UNPACR; one UNPACR per 16x16 face)"),
         "packers": doc(4, "units", fact(WH, "data_movement.packers")),
         "packer_bytes_per_clk": doc(16, "B/clk", fact(WH, "data_movement.packers") + " (1 x 128-bit write each)"),
+        "packer_l1_acc_cycles": doc(2, "cycles/write", fact(WH, "data_movement.packers") + " (tt-isa-documentation "
+                                    "WormholeB0/TensixTile/L1.md §Packers: one 128-bit non-atomic accumulate every "
+                                    "two cycles, atomic every five; non-atomic chosen: a pack pass writes each 16 B "
+                                    "once, and tt-metal's choice is not documented)"),
         "riscv_l1_load_cycles": doc(8, "cycles", fact(WH, "tensix.riscv_l1_load_latency") +
                                     "; Wolfpine paper Table II measures 8.098 on p150"),
         "tensix_push_cycles": assumed(2, "cycles", "assumed: one store to the instruction-push address plus its "

@@ -64,6 +64,7 @@ class TensixProfile:
     unpack_setup_cycles: Quantity
     packers: Quantity
     packer_bytes_per_clk: Quantity
+    packer_l1_acc_cycles: Quantity  # cycles per 128-bit accumulate into L1 (packer_l1_acc)
     riscv_l1_load_cycles: Quantity
     tensix_push_cycles: Quantity
     llk_call_cycles: Quantity

@@ -126,8 +126,12 @@ def dram_sharded_matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *
         mm.append(b.node(math, Op.MMA, Unit.FPU, cost.fpu_node_work(flops, nsub * (bw + 2)), name=f"matmul{blk}"))
         b.data(up, mm[-1])
         last = blk == nblocks - 1
-        # packer L1 accumulation: every K block packs the partial sums into the intermediate CB
-        pk = b.node(pack, Op.PACK, Unit.PACKER, cost.pack_work(out if last else acc, mt * pn_c), name=f"pack{blk}")
+        # packer L1 accumulation: every K block packs the partial sums into the intermediate CB, each 16 B after
+        # the first block as a read-modify-write accumulate (packer_l1_acc_cycles per write instead of one)
+        work = cost.pack_work(acc, mt * pn_c) * (float(hw.packer_l1_acc_cycles) if blk else 1.0)
+        if last and nblocks > 1:
+            work += cost.pack_work(out, mt * pn_c)  # the final result packed out of the accumulator
+        pk = b.node(pack, Op.PACK, Unit.PACKER, work, name=f"pack{blk}")
         b.data(mm[-1], pk)
     tc = TileDesc(Space.GLOBAL, out, (mt * 32, pn * 32), "C_sharded", (aff(0), aff(0, bank=1)))
     wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, mt * pn * tile_bytes(out), tc, "out_reshard")

@@ -135,7 +135,9 @@ def configure(call: KernelCall, mode: WeightMode, phase: str) -> KernelCall:
         return with_params(call, **extra)
     if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
         ph = "decode" if call.kind is KernelKind.ATTENTION_DECODE else "prefill"
-        return with_params(call, kv_dtype=KV_CACHE.name.lower(), fidelity=SDPA_FIDELITY[ph].label, grid=PREFILL_GRID)
+        # SDPAProgramConfig uses an 8x8 grid: the whole compute grid on Wormhole; on Blackhole the model keeps the
+        # chip's grid (the flash templates place CTAs by engine core, not by a sub-grid)
+        return with_params(call, kv_dtype=KV_CACHE.name.lower(), fidelity=SDPA_FIDELITY[ph].label)
     return call
 
 
