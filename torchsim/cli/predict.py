@@ -29,7 +29,12 @@ def register(sub: Any) -> None:
     p.add_argument("--preset", default="serving", choices=("serving", "eager"),
                    help="kernel fusion: serving (vLLM/TensorRT-LLM-like) or eager (one kernel per ATen op)")
     p.add_argument("--launch", default=None, choices=("cuda-graphs", "eager"),
-                   help="launch model (default: cuda-graphs for serving, eager for eager)")
+                   help="launch model (default: cuda-graphs for serving, eager for eager; on Tenstorrent profiles "
+                   "cuda-graphs means metal trace for decode and host dispatch for prefill, eager no trace)")
+    p.add_argument("--weights", default=None, choices=("performance", "accuracy"),
+                   help="Tenstorrent profiles: tt_transformers' weight data formats and math fidelities per role "
+                   "(performance: bfp4_b MLP FF1/FF3 at LoFi, bfp8_b elsewhere at HiFi2; accuracy: bfp8_b at "
+                   "HiFi2 everywhere; default performance); an error on GPUs")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(args.model, policy_profile(args.hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
-                       kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch,
+                       kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())

@@ -1,15 +1,21 @@
-"""`torchsim kernel gemm --m M --n N --k K [--variant ...]`."""
+"""`torchsim kernel gemm --m M --n N --k K [--variant ...]`; on Tenstorrent profiles `--grid 8x8 --fidelity HiFi2
+--in1-dtype bfp8_b [--program dram-sharded]` select the Tensix matmul's configuration."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from torchsim.cli import UsageError
 from torchsim.cli.kernel import add_common, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
+from torchsim.hwmodels.gpu import Arch
+from torchsim.hwmodels.tensix.formats import MathFidelity
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates.gemm import gemm
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
+from torchsim.lowering.templates.tensix import build_tensix_kernel
 from torchsim.lowering.templates.tiling import work_units
 
 
@@ -25,8 +31,20 @@ def register(sub: Any) -> None:
     p.add_argument("--stages", type=int, default=None, help="pipeline stages")
     p.add_argument("--no-persistent", action="store_true", help="one CTA per output tile")
     p.add_argument("--tiles-per-cta", type=int, default=None, help="persistent grid with this many tiles per CTA")
+    t = p.add_argument_group("Tenstorrent profiles (wormhole-*, blackhole-*)")
+    t.add_argument("--fidelity", default=None, help="math fidelity: LoFi, HiFi2, HiFi3, HiFi4 (default: the "
+                   "weight format's usual one)")
+    t.add_argument("--grid", default=None, help="core grid COLSxROWS, e.g. 8x8 (default: the chip's compute grid)")
+    t.add_argument("--in1-dtype", default=None, help="weight (in1) data format, e.g. bfp8_b (default: --dtype)")
+    t.add_argument("--out-dtype", default=None, help="output data format (default: --dtype)")
+    t.add_argument("--program", default="mcast", choices=("mcast", "dram-sharded"),
+                   help="mcast: 2D/1D multicast matmul; dram-sharded: tt-metal's decode matmul (one worker per "
+                   "DRAM bank)")
     add_common(p)
     p.set_defaults(func=_run)
+
+
+TENSIX_ONLY = ("fidelity", "grid", "in1_dtype", "out_dtype")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -34,6 +52,12 @@ def _run(args: argparse.Namespace) -> int:
         positive(d, getattr(args, d))
     hw = get_profile(args.hw)
     dtype = DType.parse(args.dtype)
+    if hw.arch is Arch.TENSIX:
+        return _run_tensix(args, hw, dtype)
+    given = [f"--{o.replace('_', '-')}" for o in TENSIX_ONLY if getattr(args, o) is not None]
+    if given or args.program != "mcast":
+        raise UsageError(f"{', '.join(given) or '--program'} applies to Tenstorrent profiles; {hw.name} is a GPU "
+                         "(use --tile/--stages/--variant there)")
     pipe = Pipeline.parse(args.variant) if args.variant else None
     cfg: GemmConfig = default_config(args.m, args.n, args.k, dtype, hw, args.batch, pipe)
     changes: dict[str, Any] = {}
@@ -54,4 +78,22 @@ def _run(args: argparse.Namespace) -> int:
               tiles_per_cta=args.tiles_per_cta)
     units = len(work_units(args.batch, args.m, args.n, args.k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, 8))
     run_and_report(kg, args, {"output_tiles": units})
+    return 0
+
+
+def _run_tensix(args: argparse.Namespace, hw: Any, dtype: DType) -> int:
+    """A Tensix matmul built by the Tensix templates from the same KernelCall lowering produces."""
+    for flag in ("variant", "tile", "stages", "tiles_per_cta"):
+        if getattr(args, flag):
+            raise UsageError(f"--{flag.replace('_', '-')} is a GPU GEMM option; {hw.name} takes --grid, --fidelity, "
+                             "--in1-dtype, --out-dtype, --program")
+    params: dict[str, Any] = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch,
+                              "program": args.program.replace("-", "_")}
+    for opt in TENSIX_ONLY:
+        if getattr(args, opt) is not None:
+            params[opt] = getattr(args, opt)
+    if "fidelity" in params:
+        params["fidelity"] = MathFidelity.parse(params["fidelity"]).label
+    kg = build_tensix_kernel(KernelCall.make(KernelKind.GEMM, dtype, name="gemm", **params), hw)
+    run_and_report(kg, args, {"grid": kg.attrs.get("grid"), "fidelity": kg.attrs.get("fidelity")})
     return 0
