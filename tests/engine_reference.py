@@ -41,11 +41,11 @@ def _call(hw_name: str, call: KernelCall, record: bool = False, **kw: Any) -> li
     return [simulate(kg, hw, record=record, **kw) for kg in build_kernels(call, hw)]
 
 
-def _fa3() -> list[KernelResult]:
+def _fa3(policies: tuple[str | None, ...] = (None,)) -> list[KernelResult]:
     call = KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=8, heads_kv=8, seq_q=512, seq_kv=512,
                            head_dim=128, causal=True)
     hw = get_profile("h100-sxm")
-    return [simulate(build_kernel(call, hw), hw, record=True)]
+    return [simulate(build_kernel(call, hw), hw, record=True, policy=p) for p in policies]
 
 
 def _tensix() -> list[KernelResult]:
@@ -59,7 +59,7 @@ def _ccws() -> list[KernelResult]:
 
     hw = one_sm_profile()
     return [simulate(loop_kernel(True), hw, policy=p, max_sms=1, record=p == "ccws")
-            for p in ("ccws", "two-level", "rr")]
+            for p in ("ccws", "two-level", "rr", "oldest")]
 
 
 def _cluster() -> list[KernelResult]:
@@ -78,6 +78,7 @@ CASES: dict[str, Callable[[], list[KernelResult]]] = {
     "a100_sm80_gemm_512": lambda: _gemm("a100-sxm", 512, 512, 512, record=True),
     "b200_tcgen05_gemm_1024": lambda: _gemm("b200", 1024, 1024, 1024, record=True),
     "h100_fa3_prefill_512": _fa3,
+    "h100_fa3_prefill_512_policies": lambda: _fa3(("rr", "oldest", "two-level", "ccws")),
     "h100_fa3_prefill_2k_waves": lambda: _call("h100-sxm", KernelCall.make(
         KernelKind.ATTENTION_PREFILL, batch=1, heads_q=16, heads_kv=4, seq_q=2048, seq_kv=2048, head_dim=128,
         causal=True), record=True),

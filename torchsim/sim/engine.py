@@ -18,11 +18,11 @@ import numpy as np
 from torchsim.graph import KernelGraph, Op, Unit
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.sim.clusters import ClusterMixin, dsmem_nodes
-from torchsim.sim.issue import IssueMixin
+from torchsim.sim.issue import PICK_GTO, PICK_OLDEST, PICK_RR, PICK_SORT, IssueMixin
 from torchsim.sim.l1 import L1Cache, l1_capacity
 from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin
 from torchsim.sim.noc import ClusterNoc, NocConfig
-from torchsim.sim.policy import IssuePolicy, current_default, get_policy
+from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, current_default, get_policy
 from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult
@@ -107,6 +107,9 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.lazy = not pol.throttles and self.cluster <= 1
         self.throttles = pol.throttles
         self.plain_issued = pol.issued is IssuePolicy.issued  # `issued` only records the last age per subpartition
+        # the built-in orders are picked without sorting the queue; other `key`s sort it
+        self.pick = {IssuePolicy.key: PICK_OLDEST, GreedyThenOldest.key: PICK_GTO,
+                     RoundRobin.key: PICK_RR}.get(pol.key, PICK_SORT)
         self.heap: list[tuple[int, int, int, Any, Any]] = []
         self.seq = 0
         self.dirty: list[int] = []

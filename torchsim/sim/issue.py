@@ -20,6 +20,7 @@ from torchsim.sim.result import NodeRecord
 from torchsim.sim.state import W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
 
 EV_DONE, EV_WAKE = 0, 1
+PICK_SORT, PICK_OLDEST, PICK_GTO, PICK_RR = 0, 1, 2, 3  # how _try_issue finds the policy's first choice
 INF = math.inf
 LDST = int(Unit.LDST)
 
@@ -40,6 +41,7 @@ class IssueMixin:
     records: list[NodeRecord]
     lazy: bool
     plain_issued: bool
+    pick: int
     cluster: int
     cluster_bars: list[frozenset[int]]
     cbar: dict[tuple[int, int], int]
@@ -92,7 +94,7 @@ class IssueMixin:
         if self.lazy:  # cannot issue before its subpartitions and its unit are free: wake the SM then
             spf = sm.sp_free
             m = p.multi[j]
-            lb = spf[sp0] if m is None else max([spf[s] for s in m])
+            lb = spf[sp0] if m is None else max(spf) if len(m) == self.nsp else max(map(spf.__getitem__, m))
             u = sm.ulist[p.unit[j]]
             assert u is not None
             if not u.queued and u.free_at > lb:
@@ -199,34 +201,19 @@ class IssueMixin:
             self.seq += 1
             heapq.heappush(self.heap, (done, self.seq, EV_DONE, cta, j))
 
-    def _lower_bound(self, sm: SmState) -> float:
-        """The earliest cycle any node in `sm`'s queues could issue: its subpartitions and its unit free."""
-        nxt = INF
-        spf = sm.sp_free
-        ulist = sm.ulist
-        for sp, q in enumerate(sm.queues):
-            for e in q:
-                j = e[1]
-                p = e[2].prep
-                m = p.multi[j]
-                lb = spf[sp] if m is None else max([spf[s] for s in m])
-                u = ulist[p.unit[j]]
-                assert u is not None
-                if not u.queued and u.free_at > lb:
-                    lb = u.free_at
-                if lb < nxt:
-                    nxt = lb
-        return nxt
-
     def _try_issue(self, sm: SmState, t: int) -> None:
-        """Issue at most one ready node per free subpartition at cycle `t`, in policy order."""
+        """Issue at most one ready node per free subpartition at cycle `t`: the policy's first choice among the
+        nodes whose subpartitions and unit are free."""
         spf = sm.sp_free
         ulist = sm.ulist
+        queues = sm.queues
         pol = self.policies[sm.index]
-        last = pol.last if self.plain_issued else None
+        pick = self.pick
+        last = pol.last
+        nsp = self.nsp
         nxt = INF
         t1 = t + 1
-        for sp, q in enumerate(sm.queues):
+        for sp, q in enumerate(queues):
             if not q:
                 continue
             f = spf[sp]
@@ -234,15 +221,18 @@ class IssueMixin:
                 if f < nxt:
                     nxt = f
                 continue
-            if len(q) > 1:
+            if pick == PICK_SORT and len(q) > 1:
                 q.sort(key=pol.key(sp))
-            for idx, e in enumerate(q):
+            best: tuple[int, int, CtaState] | None = None
+            bk = False
+            bm: tuple[int, ...] | None = None
+            bunit: Pipeline | None = None
+            for e in q:
                 j = e[1]
-                cta = e[2]
-                p = cta.prep
+                p = e[2].prep
                 m = p.multi[j]
                 if m is not None:
-                    busy = max([spf[s] for s in m])
+                    busy = max(spf) if len(m) == nsp else max(map(spf.__getitem__, m))
                     if busy > t:
                         if busy < nxt:
                             nxt = busy
@@ -253,35 +243,59 @@ class IssueMixin:
                     if unit.free_at < nxt:
                         nxt = unit.free_at
                     continue
-                del q[idx]
-                if m is None:
-                    spf[sp] = t1
-                else:
-                    for s in m:
-                        spf[s] = t1
-                if last is not None:
-                    last[sp] = e[0]
-                else:
-                    pol.issued(sp, e)
-                self._issue(sm, unit, cta, j, t)
-                if q and t1 < nxt:  # one issue per subpartition per cycle
-                    nxt = t1
-                break
-        if self.lazy:
-            if self.is_dirty[sm.index]:  # looked at again this cycle
-                return
-            # the earliest cycle anything here could issue replaces any pending wake, which may be stale (a
-            # later issue on the same unit pushed its free time back); new ready nodes wake the SM themselves
-            nxt = self._lower_bound(sm)
-            if nxt == INF:
-                sm.wake = None
-            elif nxt != sm.wake:
-                w = sm.wake = int(nxt)
-                self.seq += 1
-                heapq.heappush(self.heap, (w, self.seq, EV_WAKE, sm.index, None))
+                if pick == PICK_SORT:  # sorted: the first issuable entry
+                    best, bm, bunit = e, m, unit
+                    break
+                # the built-in orders: (flag, age, node) with flag = not the last-issued group (GTO), or
+                # at or before it (RR), or none (oldest); ages and nodes make every key distinct
+                k = e[0] != last[sp] if pick == PICK_GTO else e[0] <= last[sp] if pick == PICK_RR else False
+                if best is None or k < bk or k == bk and e < best:
+                    best, bk, bm, bunit = e, k, m, unit
+            if best is None:
+                continue
+            q.remove(best)
+            if bm is None:
+                spf[sp] = t1
+            else:
+                for s in bm:
+                    spf[s] = t1
+            if self.plain_issued:
+                last[sp] = best[0]
+            else:
+                pol.issued(sp, best)
+            self._issue(sm, bunit, best[2], best[1], t)
+            if q and t1 < nxt:  # one issue per subpartition per cycle
+                nxt = t1
+        if not self.lazy:
+            if nxt < INF:
+                self._wake(sm, int(nxt))
             return
-        if nxt < INF:
-            self._wake(sm, int(nxt))
+        if self.is_dirty[sm.index]:  # looked at again this cycle
+            return
+        # The earliest cycle anything here could issue (its subpartitions and unit free) replaces any pending
+        # wake, which may be stale (a later issue on the same unit pushed its free time back); nodes that
+        # become ready later wake the SM themselves.
+        nxt = INF
+        for sp, q in enumerate(queues):
+            if q:
+                f = spf[sp]
+                for e in q:
+                    j = e[1]
+                    p = e[2].prep
+                    m = p.multi[j]
+                    lb = f if m is None else max(spf) if len(m) == nsp else max(map(spf.__getitem__, m))
+                    u = ulist[p.unit[j]]
+                    assert u is not None
+                    if not u.queued and u.free_at > lb:
+                        lb = u.free_at
+                    if lb < nxt:
+                        nxt = lb
+        if nxt == INF:
+            sm.wake = None
+        elif nxt != sm.wake:
+            w = sm.wake = int(nxt)
+            self.seq += 1
+            heapq.heappush(self.heap, (w, self.seq, EV_WAKE, sm.index, None))
 
     def _try_issue_throttled(self, sm: SmState, t: int) -> None:
         """`_try_issue` for policies that may hold back ready groups (`IssuePolicy.throttles`)."""
