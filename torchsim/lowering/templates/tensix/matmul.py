@@ -95,9 +95,30 @@ def choose_config(mt: int, nt: int, kt: int, grid: tuple[int, int], in0: DType, 
     raise err
 
 
+def explicit_config(mt: int, nt: int, kt: int, grid: tuple[int, int], blocking: tuple[int, int, int, int],
+                    in0: DType, in1: DType, out: DType, hw: TensixProfile, name: str
+                    ) -> tuple[MatmulConfig, list[CircularBuffer]]:
+    """tt-metal's MatmulMultiCoreReuseMultiCastProgramConfig as a model sets it: (per_core_M, per_core_N,
+    in0_block_w, out_subblock_w) with out_subblock_h = 1; the cores used are the blocks the output needs."""
+    pm, pn, bw, sw = blocking
+    where = f"{name}: program config per_core_M={pm}, per_core_N={pn}, in0_block_w={bw}, out_subblock_w={sw}"
+    if min(blocking) < 1 or kt % bw or pn % sw:
+        raise ValueError(f"{where}: in0_block_w must divide K ({kt} tiles) and out_subblock_w per_core_N")
+    used = (-(-nt // pn), -(-mt // pm))
+    if used[0] > grid[0] or used[1] > grid[1]:
+        raise ValueError(f"{where} needs {used[0]}x{used[1]} cores, more than the grid {grid[0]}x{grid[1]}")
+    cbs = [CircularBuffer("in0", in0, 2 * pm * bw), CircularBuffer("in1", in1, 2 * pn * bw),
+           CircularBuffer("out", out, pm * pn)]
+    if kt > bw and out is not DType.BF16:
+        cbs.append(CircularBuffer("interm", DType.BF16, pm * pn))
+    check_l1(hw, name, cbs)
+    return MatmulConfig(used, pm, pn, bw, 1, sw, "row", "col"), cbs
+
+
 def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType | None = None,
            out: DType | None = None, fidelity: MathFidelity | str | None = None, grid: object = None,
-           name: str = "matmul", prefix: str = "") -> KernelGraph:
+           name: str = "matmul", prefix: str = "", blocking: tuple[int, int, int, int] | None = None
+           ) -> KernelGraph:
     """Multi-core matmul (M x K) @ (K x N) on `hw`.
 
     Example:
@@ -113,7 +134,10 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     fid = MathFidelity.parse(fidelity) if fidelity else default_fidelity(in1 if in1 != DType.BF16 else in0)
     g = parse_grid(grid, hw)
     mt, nt, kt = tiles(m), tiles(n), tiles(k)
-    cfg, cbs = choose_config(mt, nt, kt, g, in0, in1, out, hw, f"matmul {name!r}")
+    if blocking is None:
+        cfg, cbs = choose_config(mt, nt, kt, g, in0, in1, out, hw, f"matmul {name!r}")
+    else:
+        cfg, cbs = explicit_config(mt, nt, kt, g, blocking, in0, in1, out, hw, f"matmul {name!r}")
     cost = CoreCosts(hw, fid)
     pm, pn, bw = cfg.per_core_m, cfg.block_n, cfg.in0_block_w
     nblocks = -(-kt // bw)

@@ -100,6 +100,21 @@ def precision(mode: WeightMode, role: Role) -> Precision:
     return MODES[mode][role]
 
 
+def prefill_blocking(role: Role, rows: int, k: int, n: int) -> dict[str, int]:
+    """tt_transformers' prefill program configs on the 8x8 grid: XQKV_PREFILL_PROGCFG (in0_block_w 1, 1x1
+    subblocks, per_core_N = N tiles / 8) and matmul_config for WO / MLP (per_core_M = M tiles / 8 rows,
+    per_core_N = N tiles / 8, out_subblock_w = largest <= 4 dividing it, in0_block_w = largest divisor <= 8 of
+    K tiles / 8); M is capped at prefill_len_cutoff rows per matmul (512 for Llama-3.1-8B on N150), longer
+    prompts run it in several row blocks."""
+    mt, kt, nt = -(-min(rows, 512) // 32), -(-k // 32), -(-n // 32)
+    pm, pn = -(-mt // 8), -(-nt // 8)
+    if role is Role.WQKV:
+        return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": 1, "subblock_w": 1}
+    sw = max(w for w in range(1, 5) if pn % w == 0)
+    bw = max(d for d in range(1, 9) if max(1, kt // 8) % d == 0)
+    return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": bw, "subblock_w": sw}
+
+
 def storage_cores(role: Role, kt: int, nt: int) -> int:
     """Cores the decode activation is width-sharded on (the DRAM-sharded matmul's in0 senders), per role:
     attention linears on dram_shard_core_grid_for_k(dim) (find_grid: the divisor of K tiles nearest 32 cores),
@@ -130,6 +145,8 @@ def configure(call: KernelCall, mode: WeightMode, phase: str) -> KernelCall:
         if call.kind is KernelKind.GEMM and 0 < rows <= DECODE_ROWS and (phase == "decode" or role is Role.LM_HEAD):
             kt, nt = -(-int(call.p("k")) // 32), -(-int(call.p("n")) // 32)
             extra |= {"program": "dram_sharded", "fp32_acc": p.fp32_acc, "storage_cores": storage_cores(role, kt, nt)}
+        elif phase == "prefill" and call.kind is KernelKind.GEMM:
+            extra |= {"grid": PREFILL_GRID} | prefill_blocking(role, rows, int(call.p("k")), int(call.p("n")))
         elif phase == "prefill":
             extra["grid"] = PREFILL_GRID
         return with_params(call, **extra)

@@ -2,7 +2,8 @@
 
 Call parameters beyond the kind's own: `grid` ("8x8"), `fidelity` ("LoFi".."HiFi4"), `in1_dtype` (weight
 format, e.g. DType.BFP8_B or "bfp8_b"), `out_dtype`, `kv_dtype` (attention), `program` ("dram_sharded":
-tt-metal's decode matmul, weights sharded over the DRAM banks; default "mcast"), `fp32_acc`, `storage_cores`.
+tt-metal's decode matmul, weights sharded over the DRAM banks; default "mcast"), `fp32_acc`, `storage_cores`; a program config
+`per_core_m`, `per_core_n`, `in0_block_w`, `subblock_w` (all four) replaces the template's own choice.
 Kinds without a Tensix template raise NotImplementedError (the prediction API falls back to a roofline estimate
 and flags the row).
 """
@@ -39,7 +40,10 @@ def _gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
                                    cores=int(call.p("storage_cores", 0)) or None, name=call.name or "gemm")
     if program != "mcast":
         raise ValueError(f"gemm {call.name!r}: unknown Tensix matmul program {program!r}; valid: mcast, dram_sharded")
+    keys = ("per_core_m", "per_core_n", "in0_block_w", "subblock_w")
+    blocking = tuple(int(call.p(key, 0)) for key in keys)
     return matmul(call.p("m") * batch, call.p("n"), call.p("k"), call.dtype, hw,
+                  blocking=blocking if all(blocking) else None,  # type: ignore[arg-type]
                   in1=_dtype(call.p("in1_dtype", ""), call.dtype), out=_dtype(call.p("out_dtype", ""), call.dtype),
                   fidelity=call.p("fidelity", "") or None, grid=call.p("grid", "") or None,
                   name=call.name or "gemm")
