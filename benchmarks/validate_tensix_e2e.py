@@ -20,7 +20,7 @@ from typing import Any
 
 import torchsim.api as api
 from torchsim.hwmodels import get_profile
-from torchsim.lowering.templates.tensix.model_config import MODES, KV_CACHE, SDPA_FIDELITY, Role, WeightMode
+from torchsim.lowering.templates.tensix.model_config import KV_CACHE, MODES, SDPA_FIDELITY, WeightMode
 
 CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_dev.csv"
 MODEL = "llama3.1-8b"

@@ -2,8 +2,9 @@
 
 Call parameters beyond the kind's own: `grid` ("8x8"), `fidelity` ("LoFi".."HiFi4"), `in1_dtype` (weight
 format, e.g. DType.BFP8_B or "bfp8_b"), `out_dtype`, `kv_dtype` (attention), `program` ("dram_sharded":
-tt-metal's decode matmul, weights sharded over the DRAM banks; default "mcast"), `fp32_acc`, `storage_cores`; a program config
-`per_core_m`, `per_core_n`, `in0_block_w`, `subblock_w` (all four) replaces the template's own choice.
+tt-metal's decode matmul, weights sharded over the DRAM banks; default "mcast"), `fp32_acc`, `storage_cores`;
+a program config `per_core_m`, `per_core_n`, `in0_block_w`, `subblock_w` (all four) replaces the template's own
+choice.
 Kinds without a Tensix template raise NotImplementedError (the prediction API falls back to a roofline estimate
 and flags the row).
 """
