@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 MODEL = "llama3-8b"
 
@@ -35,7 +36,7 @@ print(json.dumps(dict(imports=t_imp - t0, cold=t1 - t0, predict=t1 - t_imp, warm
 """
 
 
-def run_child(hw: str, weights: str, prompt: int, steps: int) -> dict[str, object]:
+def run_child(hw: str, weights: str, prompt: int, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TORCHSIM_CACHE_DIR": cache}
         out = subprocess.run([sys.executable, "-c", CHILD.format(model=MODEL), hw, weights, str(prompt), str(steps)],
