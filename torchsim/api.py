@@ -60,7 +60,7 @@ class LaunchModel:
 
     def place(self, sims: Sequence[KernelSim]) -> tuple[list[tuple[float, float]], float]:
         """(start, gap) of each kernel from the step's start, and the step's duration."""
-        host, dev = 0.0, float(self.step_overhead)
+        host = dev = float(self.step_overhead)  # the host issues the step's kernels after its per-step work
         hpk, gap = float(self.host_per_kernel), float(self.device_gap)
         out = []
         for i, s in enumerate(sims):

@@ -1,0 +1,150 @@
+"""End-to-end prediction on Tenstorrent profiles: tt_transformers' data formats per role, its op structure, the
+DRAM-sharded decode matmul, the metal-trace launch model, and the CLI options (issue 6, part 5)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+import torchsim.api as api
+from torchsim.api import LaunchModel
+from torchsim.cli import main
+from torchsim.graph import DType
+from torchsim.hwmodels import get_profile
+from torchsim.hwmodels.tensix.noc import NocTopology
+from torchsim.kernel_sim import KernelSim
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.plan import KernelPlan, Preset
+from torchsim.lowering.templates.tensix.dram_sharded import READ_NOC, bank_workers, dram_sharded_matmul
+from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
+from torchsim.sim import simulate
+
+N150 = get_profile("wormhole-n150")
+P150 = get_profile("blackhole-p150")
+
+
+@pytest.fixture(scope="module")
+def tiny() -> dict[str, api.Prediction]:
+    return {w: api.predict("llama-tiny", "wormhole-n150", prompt_len=32, decode_steps=2, decode_samples=1,
+                           weights=w, cache=False) for w in ("performance", "accuracy")}
+
+
+def _decode_param(p: api.Prediction, suffix: str, key: str) -> object:
+    rec = next(k for k in p.step_kernels("decode") if k.name.endswith(suffix))
+    return dict(rec.params)[key]
+
+
+def test_predict_runs_every_kernel_on_a_tensix_template(tiny: dict[str, api.Prediction]) -> None:
+    p = tiny["performance"]
+    assert p.ttft_s > 0 and p.tpot_s > 0
+    assert not [k.name for k in p.kernels if k.fallback]
+    assert all(k.template.startswith("tensix_") for k in p.kernels)
+
+
+def test_weight_formats_and_fidelity_follow_the_mode(tiny: dict[str, api.Prediction]) -> None:
+    perf, acc = tiny["performance"], tiny["accuracy"]
+    assert _decode_param(perf, "gate_proj+up_proj.w1", "in1_dtype") == "bfp4_b"
+    assert _decode_param(perf, "gate_proj+up_proj.w1", "fidelity") == "LoFi"
+    assert _decode_param(acc, "gate_proj+up_proj.w1", "in1_dtype") == "bfp8_b"
+    assert _decode_param(acc, "gate_proj+up_proj.w1", "fidelity") == "HiFi2"
+    for p in (perf, acc):
+        assert _decode_param(p, "down_proj", "in1_dtype") == "bfp8_b"
+        assert _decode_param(p, "q_proj+k_proj+v_proj", "program") == "dram_sharded"
+        assert _decode_param(p, "self_attn", "kv_dtype") == "bfp8_b"
+    assert perf.stats["weight_bytes"] < acc.stats["weight_bytes"]
+
+
+def test_decode_layer_launches_tt_transformers_ops(tiny: dict[str, api.Prediction]) -> None:
+    names = [k.name for k in tiny["performance"].step_kernels("decode") if k.layer == 1]
+    kinds = Counter(n.rsplit(".", 1)[-1] for n in names)
+    for op in ("sharded_to_interleaved", "nlp_create_qkv_heads_decode", "rotary_q", "rotary_k",
+               "paged_update_cache_k", "paged_update_cache_v", "nlp_concat_heads_decode", "w1", "w3"):
+        assert kinds[op] == 1, op
+    assert len(names) == 19  # the residual add + norm closing layer 0 open layer 1
+
+
+def test_gpu_profiles_reject_tensix_weight_modes() -> None:
+    with pytest.raises(ValueError, match="h100-sxm"):
+        api.predict("llama-tiny", "h100-sxm", prompt_len=8, decode_steps=1, weights="accuracy")
+    call = KernelCall.make(KernelKind.GEMM, m=1, n=64, k=64, name="layers.0.mlp.down_proj", layer=0)
+    with pytest.raises(ValueError, match="valid: performance, accuracy"):
+        adapt_plan(KernelPlan((call,), Preset.SERVING, "decode", 1, 1, 8), N150, "fast")
+
+
+def _sims(*us: float) -> list[KernelSim]:
+    return [KernelSim("t", {}, int(u * 1e3), u * 1e-6, 0.0, 0.0, 0.0) for u in us]
+
+
+def test_traced_decode_is_dispatch_bound_for_short_ops_and_hides_dispatch_behind_long_ones() -> None:
+    lm = LaunchModel.for_mode("cuda-graphs", N150, "decode")
+    assert lm.mode.startswith("metal trace")
+    disp, gap, step = (float(q) for q in (N150.program_dispatch_s, N150.op_to_op_s, N150.step_overhead_s))
+    _, short = lm.place(_sims(*[0.5] * 20))
+    assert short == pytest.approx(step + 20 * disp + 0.5e-6, rel=1e-6)  # each op waits for its dispatch
+    _, long = lm.place(_sims(*[100.0] * 5))
+    assert long == pytest.approx(step + disp + 5 * 100e-6 + 4 * gap, rel=1e-6)  # dispatch hidden after the first
+    prefill = LaunchModel.for_mode("cuda-graphs", N150, "prefill")
+    assert prefill.mode.startswith("host dispatch") and float(prefill.host_per_kernel) > disp
+    assert LaunchModel.for_mode("eager", N150, "decode").mode.startswith("host dispatch")
+
+
+def test_dram_sharded_readers_sit_next_to_their_banks() -> None:
+    for hw in (N150, P150):
+        workers = bank_workers(hw)
+        assert len(workers) == int(hw.dram_banks) == len(set(workers))
+        cols, rows = sorted({x for x, _ in hw.worker_xy}), sorted({y for _, y in hw.worker_xy})
+        topo = NocTopology(int(hw.noc_grid_x), int(hw.noc_grid_y))
+        hops = [topo.hops(b, (cols[x], rows[y]), READ_NOC) for b, (x, y) in zip(hw.dram_bank_xy, workers)]
+        assert max(hops) <= 4 and sum(hops) <= 2 * len(hops), (hw.name, hops)  # WH: row 11 is not computed on
+
+
+def test_dram_sharded_matmul_streams_the_weights_once_and_never_beats_the_banks() -> None:
+    m, n, k = 32, 4096, 4096
+    kg = dram_sharded_matmul(m, n, k, DType.BF16, N150, in1=DType.BFP8_B, fidelity="HiFi2")
+    r = simulate(kg, N150)
+    weights = k * n * DType.BFP8_B.nbytes
+    assert kg.classes[0].count == int(N150.dram_banks)
+    assert r.dram_bytes == pytest.approx(-(-n // 32 // 12) * 12 * 32 * k * DType.BFP8_B.nbytes, rel=0.01)
+    assert r.time_s > weights / N150.dram_bytes_per_s_value
+
+
+def test_packer_l1_accumulation_makes_thin_k_blocks_slower() -> None:
+    """More storage cores -> smaller in0_block_w -> more K blocks, each re-accumulating the whole output."""
+    wide, thin = (simulate(dram_sharded_matmul(32, 8192, 4096, DType.BF16, N150, in1=DType.BFP4_B, fidelity="LoFi",
+                                               cores=c), N150) for c in (16, 64))
+    assert thin.time_s > wide.time_s
+
+
+def test_blackhole_decode_matmuls_run_on_eight_workers() -> None:
+    kg = dram_sharded_matmul(32, 4096, 4096, DType.BF16, P150, in1=DType.BFP8_B, fidelity="HiFi2")
+    assert kg.attrs["config"]["workers"] == 8 and kg.attrs["config"]["per_core_n"] == 16
+
+
+def test_tensix_weight_bytes_per_role() -> None:
+    from torchsim.api import _resolve_model
+
+    _, _, module = _resolve_model("llama-small", "bf16")
+    bf16 = sum(p.numel() * 2 for p in module.parameters())
+    perf = tensix_weight_bytes(module, N150, "performance")
+    acc = tensix_weight_bytes(module, N150, "accuracy")
+    assert perf is not None and acc is not None and perf < acc < bf16
+    assert tensix_weight_bytes(module, get_profile("h100-sxm"), None) is None
+
+
+def test_cli_gemm_on_wormhole_takes_grid_and_fidelity(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["kernel", "gemm", "--m", "256", "--n", "256", "--k", "256", "--hw", "wormhole-n150",
+               "--grid", "4x4", "--fidelity", "hifi2", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["grid"] == [4, 4] and out["fidelity"] == "HiFi2"
+    assert main(["kernel", "gemm", "--m", "64", "--n", "64", "--k", "64", "--hw", "h100-sxm", "--fidelity",
+                 "lofi"]) != 0
+    assert "Tenstorrent" in capsys.readouterr().err
+
+
+def test_cli_predict_weights_option(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["predict", "llama-tiny", "--hw", "wormhole-n150", "--prompt", "16", "--decode", "1",
+               "--decode-samples", "1", "--weights", "accuracy", "--json", "--no-cache"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["hw"] == "wormhole-n150" and any("metal trace" in a for a in out["assumptions"])
