@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from torchsim.graph.kinds import DType
 from torchsim.hwmodels.quantity import Quantity, assumed
 from torchsim.kernel_cache import DiskCache
 from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_launches, simulate_many
@@ -279,7 +280,8 @@ def _kv_bytes(plan: KernelPlan) -> float:
     total = 0.0
     for c in plan.calls:
         if c.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
-            total += 2.0 * c.p("batch") * c.p("heads_kv") * c.p("seq_kv") * c.p("head_dim") * c.dtype.nbytes
+            kv = DType.parse(c.p("kv_dtype", "")) if c.p("kv_dtype", "") else c.dtype  # Tensix: bfp8_b cache
+            total += 2.0 * c.p("batch") * c.p("heads_kv") * c.p("seq_kv") * c.p("head_dim") * kv.nbytes
     return total
 
 
