@@ -79,6 +79,27 @@ def test_fp8_checkpoint_runs_layer_gemms_in_fp8() -> None:
         predict("llama-small", "h100-sxm", prompt_len=16, decode_steps=1, dtype="int3")
 
 
+def test_fp8_kv_cache_halves_what_decode_attention_reads() -> None:
+    base = predict("llama-small", "h100-sxm", **SPLIT)
+    kv8 = predict("llama-small", "h100-sxm", kv_cache="fp8", **SPLIT)
+
+    def attn(p: Any, phase: str) -> list[Any]:
+        return [k for k in p.step_kernels(phase) if k.kind == "attention_decode" or k.kind == "attention_prefill"]
+
+    assert {k.dtype for k in attn(kv8, "decode")} == {"fp8_e4m3"}
+    assert {k.dtype for k in attn(kv8, "prefill")} == {"bf16"}  # prefill attends over the step's fresh K/V
+    split = [k for k in attn(kv8, "decode") if not k.template.endswith("/combine")]
+    split_bf16 = [k for k in attn(base, "decode") if not k.template.endswith("/combine")]
+    for f, b in zip(split, split_bf16, strict=True):
+        q = dict(b.params)
+        kv_bf16 = 2 * q["batch"] * q["heads_kv"] * q["seq_kv"] * q["head_dim"] * 2
+        assert b.dram_bytes - f.dram_bytes >= 0.45 * kv_bf16  # half of the K/V bytes no longer read
+    assert kv8.tpot_s < base.tpot_s and kv8.hbm_floor_s[0] < base.hbm_floor_s[0]
+    assert any("KV cache in FP8" in a for a in kv8.assumptions)
+    with pytest.raises(ValueError, match="kv_cache 'int4' is not supported; valid: None"):
+        predict("llama-small", "h100-sxm", kv_cache="int4", **SPLIT)
+
+
 def test_top_level_predict_is_lazy() -> None:
     code = ("import sys, torchsim; assert 'torch' not in sys.modules; import torchsim.api as api; "
             "assert torchsim.predict is api.predict; print('ok')")

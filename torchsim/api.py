@@ -23,7 +23,7 @@ from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, 
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
-from torchsim.lowering.precision import WeightPrecision, weight_bytes, with_precision
+from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
 from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
 from torchsim.prediction import KernelRecord, Prediction
 
@@ -74,15 +74,16 @@ class LaunchModel:
 
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
             kv_len: int | None = None, batch: int = 1, preset: str | Preset = "serving", launch: str | None = None,
-            dtype: str = "bf16", weights: str | None = None, routing: Any = None, fallback: str | None = None,
-            decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS, workers: int | None = None,
-            cache: bool = True, progress: bool = False) -> Prediction:
+            dtype: str = "bf16", kv_cache: str | None = None, weights: str | None = None, routing: Any = None,
+            fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
+            workers: int | None = None, cache: bool = True, progress: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
     kv_len + t + 1 tokens. `launch` defaults to CUDA graphs for `serving` and eager launches for `eager`
     (on Tensix: metal trace for decode, host dispatch for prefill, as tt_transformers runs them). `weights`
     ("performance" | "accuracy", Tensix only) picks tt_transformers' data formats and fidelities per weight role.
+    `dtype="fp8"` is an FP8 checkpoint (decoder-layer GEMMs in FP8 E4M3); `kv_cache="fp8"` an FP8 KV cache.
     Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
     and kept in the on-disk cache (torchsim.kernel_cache; `cache=False` skips it).
 
@@ -106,7 +107,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3"):
         raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16, "
                          "fp8 (an FP8 checkpoint: decoder-layer GEMMs in FP8 E4M3, the rest bf16)")
-    precision = WeightPrecision.of_dtype(dtype)
+    precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
     prof = _profile(hw)
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
     ctx_len = _context(cfg)
@@ -124,7 +125,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     plans: list[KernelPlan] = []
     for _phase, _step, q, past in scenarios:
         cap = capture_model(module, batch, q, past)
-        plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision)
+        plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
+                              kv_dtype)
         plans.append(adapt_plan(plan, prof, weights))  # Tensix: tt_transformers' ops, formats, fidelities
     t_plan = time.perf_counter()
 
@@ -160,9 +162,10 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     assumptions = (
         *dict.fromkeys(lm.describe() for lm in lms.values()),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
-        "contiguous KV cache in the model's dtype"
+        + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
+           "contiguous KV cache in the model's dtype")
         + ("; FP8 checkpoint: decoder-layer GEMMs FP8 E4M3 (bf16 out, activation quantisation fused into the "
-           "producing kernel), embedding/LM head/norms/attention/KV in bf16" if precision is WeightPrecision.FP8
+           "producing kernel), embedding/LM head/norms/prefill attention in bf16" if precision is WeightPrecision.FP8
            else ""),
         f"decode steps {list(samples)} simulated, the others interpolated linearly in KV length",
         f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template or over the "

@@ -1,9 +1,12 @@
-"""Weight precision of a KernelPlan: FP8 checkpoints run their decoder-layer GEMMs as FP8 GEMMs.
+"""Precision of a KernelPlan: FP8 checkpoints run their decoder-layer GEMMs as FP8 GEMMs; an FP8 KV cache is read
+by the decode attention in FP8.
 
 Applied by torchsim.api after planning (capture and plan stay in the model's bf16). An FP8 checkpoint
 (TensorRT Model Optimizer / llm-compressor per-tensor FP8) stores every decoder-layer projection in FP8 E4M3
 and keeps the embedding, the LM head and the norms in bf16; activations are quantised in the kernel that
-produces them (RMSNorm, SiLU-and-mul, attention output), so no extra launches; GEMM outputs are bf16.
+produces them (RMSNorm, SiLU-and-mul, attention output), so no extra launches; GEMM outputs are bf16. An FP8
+KV cache (TensorRT-LLM/vLLM `kv_cache_dtype fp8`) halves what decode attention reads; prefill attention works on
+the step's fresh bf16 K/V, and the small per-step cache write is left in the model's dtype.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan
 
 _WEIGHT_GEMMS = (KernelKind.GEMM, KernelKind.GROUPED_GEMM)
+_CACHE_READERS = (KernelKind.ATTENTION_DECODE, KernelKind.MLA_DECODE)
+KV_DTYPES = {"fp8": DType.FP8_E4M3, "fp8_e4m3": DType.FP8_E4M3}
 
 
 class WeightPrecision(Enum):
@@ -43,8 +48,19 @@ def is_weight_gemm(call: KernelCall) -> bool:
     return call.kind is KernelKind.GROUPED_GEMM or int(call.p("batch", 1)) == 1
 
 
-def with_precision(plan: KernelPlan, precision: WeightPrecision) -> KernelPlan:
-    """The plan with its decoder-layer projections in `precision` (the plan itself for MODEL).
+def kv_cache_dtype(name: str | None) -> DType | None:
+    """`predict(kv_cache=...)`: None (the model's dtype) or "fp8"; anything else raises naming the valid values."""
+    if name is None:
+        return None
+    dt = KV_DTYPES.get(name.strip().lower())
+    if dt is None:
+        raise ValueError(f"kv_cache {name!r} is not supported; valid: None (the model's dtype), fp8")
+    return dt
+
+
+def with_precision(plan: KernelPlan, precision: WeightPrecision, kv_cache: DType | None = None) -> KernelPlan:
+    """The plan with its decoder-layer projections in `precision` and, with `kv_cache`, its decode attention reading
+    the cache in that dtype (the plan itself for MODEL and no kv_cache).
 
     >>> from torchsim.lowering.plan import Preset
     >>> c = KernelCall.make(KernelKind.GEMM, m=8, n=64, k=64, layer=0)
@@ -52,9 +68,12 @@ def with_precision(plan: KernelPlan, precision: WeightPrecision) -> KernelPlan:
     >>> with_precision(p, WeightPrecision.FP8).calls[0].dtype.name
     'FP8_E4M3'
     """
-    if precision is WeightPrecision.MODEL:
+    if precision is WeightPrecision.MODEL and kv_cache is None:
         return plan
-    calls = tuple(replace(c, dtype=DType.FP8_E4M3) if is_weight_gemm(c) else c for c in plan.calls)
+    fp8 = precision is WeightPrecision.FP8
+    calls = tuple(replace(c, dtype=DType.FP8_E4M3) if fp8 and is_weight_gemm(c) else
+                  replace(c, dtype=kv_cache) if kv_cache is not None and c.kind in _CACHE_READERS else c
+                  for c in plan.calls)
     return replace(plan, calls=calls)
 
 
