@@ -87,7 +87,7 @@ class CacheConscious(GreedyThenOldest):
                 self.remaining[cta_seq * 4096 + g] = n
         self._cached_t = -1
 
-    def issued(self, sp: int, entry: tuple[int, int, Any]) -> None:
+    def issued(self, sp: int, entry: tuple[Any, ...]) -> None:
         self.last[sp] = w = entry[0]
         left = self.remaining.get(w, 0) - 1
         self.remaining[w] = left

@@ -78,7 +78,8 @@ class ClusterMixin:
                 if c2.prep.code[k] == ISSUE_ONLY:
                     self.instant.append((c2, k))
                 else:
-                    self.sms[c2.sm].queues[c2.prep.sp0[k]].append((c2.seq * 4096 + c2.prep.group[k], k, c2))
+                    p = c2.prep
+                    c2.smo.queues[p.sp0[k]].append((c2.base + p.group[k], k, c2, p.multi[k], p.unit[k]))
                     self._mark(c2.sm)
             else:
                 still.append((c2, k))

@@ -23,13 +23,13 @@ from torchsim.sim.l1 import L1Cache, l1_capacity
 from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, current_default, get_policy
-from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, prepare
+from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, full_sps, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult
 from torchsim.sim.state import W_DATA, CtaState, SmState, gpu_units
 from torchsim.sim.summary import STALLS, diagnose, summarize
 
-EV_DONE, EV_WAKE, EV_LAUNCH = 0, 1, 2
+EV_DONE, EV_LAUNCH = 0, 2
 
 
 def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] | None = None,
@@ -105,13 +105,16 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         # ready node that cannot issue yet and a subpartition that just issued schedule a wake at the earliest
         # cycle anything could issue instead of re-scanning the SM every cycle (same issue order, fewer events).
         self.lazy = not pol.throttles and self.cluster <= 1
+        self.full = full_sps(self.nsp)
         self.throttles = pol.throttles
         self.plain_issued = pol.issued is IssuePolicy.issued  # `issued` only records the last age per subpartition
         # the built-in orders are picked without sorting the queue; other `key`s sort it
         self.pick = {IssuePolicy.key: PICK_OLDEST, GreedyThenOldest.key: PICK_GTO,
                      RoundRobin.key: PICK_RR}.get(pol.key, PICK_SORT)
-        self.heap: list[tuple[int, int, int, Any, Any]] = []
+        self.heap: list[tuple[int, int, int, Any, Any]] = []  # node completions and CTA launches
         self.seq = 0
+        self.wakes: dict[int, list[int]] = {}
+        self.wake_times: list[int] = []
         self.dirty: list[int] = []
         self.instant: deque[tuple[CtaState, int]] = deque()
         self.is_dirty = [False] * self.nsm
@@ -258,42 +261,81 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         is_dirty = self.is_dirty
         instant = self.instant
         ready = self._ready
-        issue = self._issue
+        issue_sync = self._issue_sync
         retire = self._retire
-        try_issue = self._try_issue_throttled if self.throttles else self._try_issue
+        fast = self.lazy and self.pick != PICK_SORT
+        try_issue = self._try_issue if fast else self._try_issue_general
+        wakes = self.wakes
+        wake_times = self.wake_times
+        wake = self._wake
+        lazy = self.lazy
+        full = full_sps(self.nsp)
         events = 0
         t = 0
-        while heap:
-            t, _, kind, a, b = pop(heap)
-            if kind == EV_DONE:  # node b of CTA a completes: release its data edges
-                events += 1
-                succ = a.prep.data_succ[b]
-                if succ:
-                    pred = a.pred
-                    for k in succ:
-                        n = pred[k] - 1
-                        pred[k] = n
-                        if n == 0:
-                            a.why[k] = W_DATA
-                            ready(a, k, t)
-                a.remaining -= 1
-                if a.remaining == 0:
-                    retire(a, t)
-            elif kind == EV_WAKE:
-                sm = sms[a]
-                if sm.wake == t:
-                    sm.wake = None
-                    if not is_dirty[a]:
-                        is_dirty[a] = True
-                        dirty.append(a)
+        while True:
+            if heap:
+                t = heap[0][0]
+                if wake_times and wake_times[0] < t:
+                    t = wake_times[0]
+            elif wake_times:
+                t = wake_times[0]
             else:
-                self._launch(a, b, t)
-            if heap and heap[0][0] == t:
-                continue
+                break
+            while heap and heap[0][0] == t:
+                _, _, kind, a, b = pop(heap)
+                if kind == EV_DONE:  # node b of CTA a completes: release its data edges
+                    events += 1
+                    p = a.prep
+                    succ = p.data_succ[b]
+                    if succ:
+                        pred = a.pred
+                        for k in succ:
+                            n = pred[k] - 1
+                            pred[k] = n
+                            if n:
+                                continue
+                            a.why[k] = W_DATA
+                            if not lazy or p.need[k] or p.code[k] == ISSUE_ONLY:
+                                ready(a, k, t)
+                                continue
+                            # inline of _ready for a queued node without a barrier wait
+                            a.ready_t[k] = t
+                            sm = a.smo
+                            sp0 = p.sp0[k]
+                            m = p.multi[k]
+                            uid = p.unit[k]
+                            sm.queues[sp0].append((a.base + p.group[k], k, a, m, uid))
+                            s = sm.index
+                            if is_dirty[s]:
+                                continue
+                            spf = sm.sp_free
+                            lb = spf[sp0] if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+                            u = sm.ulist[uid]
+                            if not u.queued and u.free_at > lb:
+                                lb = u.free_at
+                            if lb <= t:
+                                is_dirty[s] = True
+                                dirty.append(s)
+                            elif sm.wake is None or lb < sm.wake:
+                                wake(sm, lb)
+                    a.remaining -= 1
+                    if a.remaining == 0:
+                        retire(a, t)
+                else:
+                    self._launch(a, b, t)
+            if wake_times and wake_times[0] == t:
+                pop(wake_times)
+                for s in wakes.pop(t):
+                    sm = sms[s]
+                    if sm.wake == t:
+                        sm.wake = None
+                        if not is_dirty[s]:
+                            is_dirty[s] = True
+                            dirty.append(s)
             while dirty or instant:
                 while instant:
                     cta, j = instant.popleft()
-                    issue(cta.smo, None, cta, j, t)
+                    issue_sync(cta, j, t)
                 if len(dirty) > 1:
                     dirty.sort()
                 batch = dirty[:]

@@ -12,14 +12,14 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from torchsim.graph import Op, Unit
-from torchsim.sim.memory import K_PIPE, K_REMOTE, K_SYNC
+from torchsim.sim.memory import K_PIPE, K_REMOTE
 from torchsim.sim.policy import IssuePolicy
 from torchsim.sim.prepare import ISSUE_ONLY
 from torchsim.sim.resources import Pipeline
 from torchsim.sim.result import NodeRecord
 from torchsim.sim.state import W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
 
-EV_DONE, EV_WAKE = 0, 1
+EV_DONE = 0
 PICK_SORT, PICK_OLDEST, PICK_GTO, PICK_RR = 0, 1, 2, 3  # how _try_issue finds the policy's first choice
 INF = math.inf
 LDST = int(Unit.LDST)
@@ -33,6 +33,8 @@ class IssueMixin:
     nsp: int
     heap: list[tuple[int, int, int, Any, Any]]
     seq: int
+    wakes: dict[int, list[int]]  # cycle -> SMs to look at again then (stale when the SM's `wake` moved)
+    wake_times: list[int]  # heap of the cycles in `wakes`
     dirty: list[int]
     is_dirty: list[bool]
     instant: deque[tuple[CtaState, int]]
@@ -40,6 +42,8 @@ class IssueMixin:
     record: bool
     records: list[NodeRecord]
     lazy: bool
+    throttles: bool
+    full: tuple[int, ...]  # full_sps(nsp)
     plain_issued: bool
     pick: int
     cluster: int
@@ -65,8 +69,12 @@ class IssueMixin:
         """Look at `sm` again at cycle `w` (one pending wake per SM: the earliest)."""
         if sm.wake is None or w < sm.wake:
             sm.wake = w
-            self.seq += 1
-            heapq.heappush(self.heap, (w, self.seq, EV_WAKE, sm.index, None))
+            b = self.wakes.get(w)
+            if b is None:
+                self.wakes[w] = [sm.index]
+                heapq.heappush(self.wake_times, w)
+            else:
+                b.append(sm.index)
 
     def _ready(self, cta: CtaState, j: int, t: int) -> None:
         p = cta.prep
@@ -87,15 +95,16 @@ class IssueMixin:
             return
         sm = cta.smo
         sp0 = p.sp0[j]
-        sm.queues[sp0].append((cta.base + p.group[j], j, cta))
+        m = p.multi[j]
+        uid = p.unit[j]
+        sm.queues[sp0].append((cta.base + p.group[j], j, cta, m, uid))
         idx = sm.index
         if self.is_dirty[idx]:
             return
         if self.lazy:  # cannot issue before its subpartitions and its unit are free: wake the SM then
             spf = sm.sp_free
-            m = p.multi[j]
-            lb = spf[sp0] if m is None else max(spf) if len(m) == self.nsp else max(map(spf.__getitem__, m))
-            u = sm.ulist[p.unit[j]]
+            lb = spf[sp0] if m is None else max(spf) if m is self.full else max(map(spf.__getitem__, m))
+            u = sm.ulist[uid]
             assert u is not None
             if not u.queued and u.free_at > lb:
                 lb = u.free_at
@@ -123,7 +132,7 @@ class IssueMixin:
                 if p.code[k] == ISSUE_ONLY:
                     self.instant.append((cta, k))
                 else:
-                    cta.smo.queues[p.sp0[k]].append((cta.base + p.group[k], k, cta))
+                    cta.smo.queues[p.sp0[k]].append((cta.base + p.group[k], k, cta, p.multi[k], p.unit[k]))
                     if not self.is_dirty[cta.sm]:
                         self.is_dirty[cta.sm] = True
                         self.dirty.append(cta.sm)
@@ -131,21 +140,25 @@ class IssueMixin:
                 still.append(k)
         cta.bar_wait[b] = still
 
-    def _issue(self, sm: SmState, unit: Pipeline | None, cta: CtaState, j: int, t: int) -> None:
-        """Issue node `j` of `cta` at cycle `t` on `unit` (None for synchronisation nodes)."""
+    def _record(self, cta: CtaState, j: int, rt: int, t: int, start: int, done: int, dep: int) -> None:
+        p = cta.prep
+        self.records.append(NodeRecord(
+            cta.sm, cta.seq, p.name, p.group_names[p.group[j]], j, p.names[j], Op(p.op[j]).name,
+            Unit(p.unit[j]).name, rt, t, start, done,
+            WAIT_NAMES[cta.why[j]] if dep > 0 or t > rt else "none", max(0, dep) + (t - rt)))
+
+    def _issue_sync(self, cta: CtaState, j: int, t: int) -> None:
+        """Issue synchronisation node `j` of `cta` (no unit: it retires in the cycle it becomes ready)."""
         kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
-        st = self.stalls
-        # waiting before issue: dependency wait since the group's previous issue, then issue wait
         rt = cta.ready_t[j]
-        gl = cta.grp_last
-        dep = rt - gl[g]
+        dep = rt - cta.grp_last[g]
         if dep > 0:
             w = cta.why[j]
-            st[w if w < 3 else 0] += dep
+            self.stalls[w if w < 3 else 0] += dep
         if t > rt:
-            st[3 if unit is not None and unit.free_at > rt else 4] += t - rt
-        gl[g] = t
-        if osucc:  # release order edges at issue
+            self.stalls[4] += t - rt
+        cta.grp_last[g] = t
+        if osucc:
             pred = cta.pred
             for k in osucc:
                 n = pred[k] - 1
@@ -155,9 +168,46 @@ class IssueMixin:
                     self._ready(cta, k, t)
         if arrive >= 0:
             self._arrive(cta, arrive, t)
-        # dispatch to the unit
+        done = t
+        if sio_occ:
+            port = cta.smo.ulist[LDST]
+            assert port is not None
+            end = port.accept(t, sio)[0]
+            if end > done:
+                done = end
+        if self.record:
+            self._record(cta, j, rt, t, t, done, dep)
+        if done <= t:
+            self._complete(cta, j, t)
+        else:
+            self.seq += 1
+            heapq.heappush(self.heap, (done, self.seq, EV_DONE, cta, j))
+
+    def _issue(self, sm: SmState, unit: Pipeline, cta: CtaState, j: int, t: int) -> None:
+        """Issue node `j` of `cta` on `unit` at cycle `t`: stall accounting, ORDER edges, barrier arrivals, service."""
+        st = self.stalls
+        kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
+        # waiting before issue: dependency wait since the group's previous issue, then issue wait
+        rt = cta.ready_t[j]
+        gl = cta.grp_last
+        dep = rt - gl[g]
+        if dep > 0:
+            w = cta.why[j]
+            st[w if w < 3 else 0] += dep
+        if t > rt:
+            st[3 if unit.free_at > rt else 4] += t - rt
+        gl[g] = t
+        if osucc:  # release order edges at issue
+            pred = cta.pred
+            for k2 in osucc:
+                n = pred[k2] - 1
+                pred[k2] = n
+                if n == 0:
+                    cta.why[k2] = W_ORDER
+                    self._ready(cta, k2, t)
+        if arrive >= 0:
+            self._arrive(cta, arrive, t)
         if kind == K_PIPE:
-            assert unit is not None
             start = unit.free_at
             if t > start:
                 start = t
@@ -168,12 +218,9 @@ class IssueMixin:
             if pt is not None and pt.free_at < end:
                 pt.free_at = end
             done = end + unit.latency
-        elif kind == K_SYNC:
-            start = done = t
         elif kind == K_REMOTE:
             start, done = t, self._remote(cta, j, unit, t)
         else:
-            assert unit is not None
             done, start = self._memory(unit, cta, j, t, kind, occ, work, extra)
         if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
             port = sm.ulist[LDST]
@@ -181,20 +228,16 @@ class IssueMixin:
             s = port.free_at
             if t > s:
                 s = t
-            port_end = s + sio_occ
-            port.free_at = port_end
+            end = s + sio_occ
+            port.free_at = end
             port.busy_work += sio
             pt = port.partner
-            if pt is not None and pt.free_at < port_end:
-                pt.free_at = port_end
-            if port_end > done:
-                done = port_end
+            if pt is not None and pt.free_at < end:
+                pt.free_at = end
+            if end > done:
+                done = end
         if self.record:
-            p = cta.prep
-            self.records.append(NodeRecord(
-                cta.sm, cta.seq, p.name, p.group_names[g], j, p.names[j], Op(p.op[j]).name,
-                Unit(p.unit[j]).name, rt, t, start, done,
-                WAIT_NAMES[cta.why[j]] if dep > 0 or t > rt else "none", max(0, dep) + (t - rt)))
+            self._record(cta, j, rt, t, start, done, dep)
         if done <= t:
             self._complete(cta, j, t)
         else:
@@ -202,15 +245,89 @@ class IssueMixin:
             heapq.heappush(self.heap, (done, self.seq, EV_DONE, cta, j))
 
     def _try_issue(self, sm: SmState, t: int) -> None:
+        """`_try_issue_general` for the built-in non-throttling orders with exact wake-ups (`lazy`): the same
+        choice, then the SM's next wake is the earliest cycle anything left could issue."""
+        spf = sm.sp_free
+        ulist = sm.ulist
+        queues = sm.queues
+        pol = self.policies[sm.index]
+        last = pol.last
+        full = self.full
+        gto = self.pick == PICK_GTO
+        rr = self.pick == PICK_RR
+        t1 = t + 1
+        for sp, q in enumerate(queues):
+            if not q or spf[sp] > t:
+                continue
+            best = None
+            bk = False
+            for e in q:
+                m = e[3]
+                if m is not None and (max(spf) if m is full else max(map(spf.__getitem__, m))) > t:
+                    continue
+                u = ulist[e[4]]
+                assert u is not None
+                if not u.queued and u.free_at > t:
+                    continue
+                # (flag, age, node) with flag = not the last-issued group (GTO), at or before it (RR), or none
+                # (oldest); ages and nodes make every key distinct
+                k = e[0] != last[sp] if gto else e[0] <= last[sp] if rr else False
+                if best is None or k < bk or k == bk and e < best:
+                    best, bk, unit = e, k, u
+            if best is None:
+                continue
+            q.remove(best)
+            m = best[3]
+            if m is None:
+                spf[sp] = t1
+            else:
+                for s in m:
+                    spf[s] = t1
+            if self.plain_issued:
+                last[sp] = best[0]
+            else:
+                pol.issued(sp, best)
+            self._issue(sm, unit, best[2], best[1], t)
+        if self.is_dirty[sm.index]:  # looked at again this cycle
+            return
+        # The earliest cycle anything here could issue (its subpartitions and unit free) replaces any pending
+        # wake, which may be stale (a later issue on the same unit pushed its free time back); nodes that
+        # become ready later wake the SM themselves.
+        nxt = INF
+        for sp, q in enumerate(queues):
+            if q:
+                f = spf[sp]
+                for e in q:
+                    m = e[3]
+                    lb = f if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+                    u = ulist[e[4]]
+                    assert u is not None
+                    if not u.queued and u.free_at > lb:
+                        lb = u.free_at
+                    if lb < nxt:
+                        nxt = lb
+        if nxt == INF:
+            sm.wake = None
+        elif nxt != sm.wake:
+            w = sm.wake = int(nxt)
+            b = self.wakes.get(w)
+            if b is None:
+                self.wakes[w] = [sm.index]
+                heapq.heappush(self.wake_times, w)
+            else:
+                b.append(sm.index)
+
+    def _try_issue_general(self, sm: SmState, t: int) -> None:
         """Issue at most one ready node per free subpartition at cycle `t`: the policy's first choice among the
-        nodes whose subpartitions and unit are free."""
+        nodes whose subpartitions and unit are free (and, for a throttling policy, that it allows)."""
         spf = sm.sp_free
         ulist = sm.ulist
         queues = sm.queues
         pol = self.policies[sm.index]
         pick = self.pick
         last = pol.last
-        nsp = self.nsp
+        full = self.full
+        allowed = pol.allowed(t) if self.throttles else None
         nxt = INF
         t1 = t + 1
         for sp, q in enumerate(queues):
@@ -223,36 +340,40 @@ class IssueMixin:
                 continue
             if pick == PICK_SORT and len(q) > 1:
                 q.sort(key=pol.key(sp))
-            best: tuple[int, int, CtaState] | None = None
-            bk = False
+            best: tuple[int, int, CtaState, Any, int] | None = None
+            bk = held = False
             bm: tuple[int, ...] | None = None
-            bunit: Pipeline | None = None
+            unit: Pipeline | None = None
             for e in q:
-                j = e[1]
-                p = e[2].prep
-                m = p.multi[j]
+                if allowed is not None and e[0] not in allowed:
+                    held = True  # throttled by the policy: look again in a while
+                    continue
+                m = e[3]
                 if m is not None:
-                    busy = max(spf) if len(m) == nsp else max(map(spf.__getitem__, m))
+                    busy = max(spf) if m is full else max(map(spf.__getitem__, m))
                     if busy > t:
                         if busy < nxt:
                             nxt = busy
                         continue
-                unit = ulist[p.unit[j]]
-                assert unit is not None
-                if not unit.queued and unit.free_at > t:
-                    if unit.free_at < nxt:
-                        nxt = unit.free_at
+                u = ulist[e[4]]
+                assert u is not None
+                if not u.queued and u.free_at > t:
+                    if u.free_at < nxt:
+                        nxt = u.free_at
                     continue
                 if pick == PICK_SORT:  # sorted: the first issuable entry
-                    best, bm, bunit = e, m, unit
+                    best, bm, unit = e, m, u
                     break
                 # the built-in orders: (flag, age, node) with flag = not the last-issued group (GTO), or
                 # at or before it (RR), or none (oldest); ages and nodes make every key distinct
                 k = e[0] != last[sp] if pick == PICK_GTO else e[0] <= last[sp] if pick == PICK_RR else False
                 if best is None or k < bk or k == bk and e < best:
-                    best, bk, bm, bunit = e, k, m, unit
+                    best, bk, bm, unit = e, k, m, u
+            if held and t + pol.recheck_cycles < nxt:
+                nxt = t + pol.recheck_cycles
             if best is None:
                 continue
+            assert unit is not None
             q.remove(best)
             if bm is None:
                 spf[sp] = t1
@@ -263,9 +384,9 @@ class IssueMixin:
                 last[sp] = best[0]
             else:
                 pol.issued(sp, best)
-            self._issue(sm, bunit, best[2], best[1], t)
             if q and t1 < nxt:  # one issue per subpartition per cycle
                 nxt = t1
+            self._issue(sm, unit, best[2], best[1], t)
         if not self.lazy:
             if nxt < INF:
                 self._wake(sm, int(nxt))
@@ -280,11 +401,9 @@ class IssueMixin:
             if q:
                 f = spf[sp]
                 for e in q:
-                    j = e[1]
-                    p = e[2].prep
-                    m = p.multi[j]
-                    lb = f if m is None else max(spf) if len(m) == nsp else max(map(spf.__getitem__, m))
-                    u = ulist[p.unit[j]]
+                    m = e[3]
+                    lb = f if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+                    u = ulist[e[4]]
                     assert u is not None
                     if not u.queued and u.free_at > lb:
                         lb = u.free_at
@@ -294,57 +413,9 @@ class IssueMixin:
             sm.wake = None
         elif nxt != sm.wake:
             w = sm.wake = int(nxt)
-            self.seq += 1
-            heapq.heappush(self.heap, (w, self.seq, EV_WAKE, sm.index, None))
-
-    def _try_issue_throttled(self, sm: SmState, t: int) -> None:
-        """`_try_issue` for policies that may hold back ready groups (`IssuePolicy.throttles`)."""
-        spf = sm.sp_free
-        ulist = sm.ulist
-        nxt = INF
-        pol = self.policies[sm.index]
-        allowed = pol.allowed(t)
-        for sp in range(self.nsp):
-            q = sm.queues[sp]
-            if not q:
-                continue
-            f = spf[sp]
-            if f > t:
-                if f < nxt:
-                    nxt = f
-                continue
-            if len(q) > 1:
-                q.sort(key=pol.key(sp))
-            held = False
-            for idx in range(len(q)):
-                e = q[idx]
-                if allowed is not None and e[0] not in allowed:
-                    held = True  # throttled by the policy: look again in a while
-                    continue
-                j = e[1]
-                p = e[2].prep
-                sps = p.sps[j]
-                if len(sps) > 1:
-                    busy = max([spf[s] for s in sps])
-                    if busy > t:
-                        if busy < nxt:
-                            nxt = busy
-                        continue
-                unit = ulist[p.unit[j]]
-                assert unit is not None
-                if not unit.queued and unit.free_at > t:
-                    if unit.free_at < nxt:
-                        nxt = unit.free_at
-                    continue
-                del q[idx]
-                for s in sps:
-                    spf[s] = t + 1
-                pol.issued(sp, e)
-                self._issue(sm, unit, e[2], j, t)
-                if q and t + 1 < nxt:  # one issue per subpartition per cycle
-                    nxt = t + 1
-                break
-            if held and t + pol.recheck_cycles < nxt:
-                nxt = t + pol.recheck_cycles
-        if nxt < INF:
-            self._wake(sm, int(nxt))
+            b = self.wakes.get(w)
+            if b is None:
+                self.wakes[w] = [sm.index]
+                heapq.heappush(self.wake_times, w)
+            else:
+                b.append(sm.index)

@@ -1,7 +1,8 @@
 """Issue policies: which ready node a subpartition's scheduler tries first.
 
-A policy orders the ready entries of one subpartition queue. Entries are `(age, node, cta)` tuples where
-`age = cta launch sequence * 4096 + execution group` (smaller is older; one age is one warp/execution group).
+A policy orders the ready entries of one subpartition queue. Entries are tuples that start `(age, node, cta)`
+(the engine appends what it needs to test them) where `age = cta launch sequence * 4096 + execution group`
+(smaller is older; one age is one warp/execution group).
 Plug-ins subclass `IssuePolicy`: `key` orders, `issued` learns; a throttling policy (`throttles = True`) also
 returns the set of ages allowed to issue from `allowed`, and hears CTA launches/retirements and, through
 `l1_observer`, the per-SM L1's misses and evictions (torchsim.sim.ccws). One instance serves one SM.
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 
-def _oldest(e: tuple[int, int, Any]) -> tuple[int, int]:
+def _oldest(e: tuple[Any, ...]) -> tuple[int, int]:
     return (e[0], e[1])
 
 
@@ -44,14 +45,14 @@ class IssuePolicy:
         """Ages that may issue at cycle `t` (None: all). Only called when `throttles` is set."""
         return None
 
-    def key(self, sp: int) -> Callable[[tuple[int, int, Any]], Any]:
+    def key(self, sp: int) -> Callable[[tuple[Any, ...]], Any]:
         """Sort key of a queue entry at subpartition `sp`: smaller issues first."""
         return _oldest
 
-    def order(self, sp: int, entries: list[tuple[int, int, Any]]) -> list[tuple[int, int, Any]]:
+    def order(self, sp: int, entries: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         return sorted(entries, key=self.key(sp))
 
-    def issued(self, sp: int, entry: tuple[int, int, Any]) -> None:
+    def issued(self, sp: int, entry: tuple[Any, ...]) -> None:
         self.last[sp] = entry[0]
 
 
@@ -60,7 +61,7 @@ class GreedyThenOldest(IssuePolicy):
 
     name = "gto"
 
-    def key(self, sp: int) -> Callable[[tuple[int, int, Any]], Any]:
+    def key(self, sp: int) -> Callable[[tuple[Any, ...]], Any]:
         last = self.last[sp]
         return lambda e: (e[0] != last, e[0], e[1])
 
@@ -70,7 +71,7 @@ class RoundRobin(IssuePolicy):
 
     name = "rr"
 
-    def key(self, sp: int) -> Callable[[tuple[int, int, Any]], Any]:
+    def key(self, sp: int) -> Callable[[tuple[Any, ...]], Any]:
         last = self.last[sp]
         return lambda e: (e[0] <= last, e[0], e[1])
 
@@ -96,16 +97,16 @@ class TwoLevel(IssuePolicy):
         for age in [a for a in self.ordinal if a // 4096 == cta_seq]:
             del self.ordinal[age]
 
-    def key(self, sp: int) -> Callable[[tuple[int, int, Any]], Any]:
+    def key(self, sp: int) -> Callable[[tuple[Any, ...]], Any]:
         last, active, size, ordinal = self.last[sp], self.active[sp], self.group_size, self.ordinal
         nfg = max(1, -(-(max(ordinal.values(), default=0) + 1) // size))
 
-        def k(e: tuple[int, int, Any]) -> tuple[int, bool, int, int]:
+        def k(e: tuple[Any, ...]) -> tuple[int, bool, int, int]:
             fg = ordinal.get(e[0], 0) // size
             return ((fg - active) % nfg, e[0] <= last, e[0], e[1])
         return k
 
-    def issued(self, sp: int, entry: tuple[int, int, Any]) -> None:
+    def issued(self, sp: int, entry: tuple[Any, ...]) -> None:
         self.last[sp] = entry[0]
         self.active[sp] = self.ordinal.get(entry[0], 0) // self.group_size
 

@@ -16,6 +16,13 @@ from torchsim.hwmodels.gpu import GpuProfile
 
 # dispatch codes
 ISSUE_ONLY, COMPUTE, GLOBAL_READ, GLOBAL_WRITE, LOCAL_MEM = 0, 1, 2, 3, 4
+_FULL: dict[int, tuple[int, ...]] = {}
+
+
+def full_sps(nsp: int) -> tuple[int, ...]:
+    """The one tuple object naming every subpartition of an SM: `multi[j] is full_sps(nsp)` tests a node that
+    needs the whole SM without comparing tuples."""
+    return _FULL.setdefault(nsp, tuple(range(nsp)))
 
 
 @dataclass(eq=False)
@@ -46,7 +53,8 @@ class Prepared:
     regs: int
     smem: int
     smem_io: list[float]  # bytes through the shared-memory port (MMA operands, TMA writes into smem)
-    multi: list[tuple[int, ...] | None]  # the subpartitions of a warp-group node (None: its one subpartition sp0)
+    multi: list[tuple[int, ...] | None]  # the subpartitions of a warp-group node (None: its one subpartition sp0;
+    # full_sps(nsp) when it needs them all)
     arrive: list[int]  # barrier a BARRIER_ARRIVE node arrives at (-1 for every other node)
     roots: list[int]  # nodes without predecessors (ready at launch)
     pred_edges: list[list[tuple[int, int]]] | None = None  # (src, kind), built for deadlock diagnosis
@@ -137,7 +145,8 @@ def prepare(cls: CtaClass, hw: GpuProfile) -> Prepared:
         mem_coef=np.array(coefs, dtype=np.int64).reshape(len(mem_nodes), dims, P),
         ngroups=len(g.groups), threads=cls.threads, regs=cls.regs_per_thread * cls.threads, smem=cls.smem,
         smem_io=[float(g.smem_io[i]) or (float(g.work[i]) if ops[i] is Op.TMA_LOAD else 0.0) for i in range(n)],
-        multi=[sps if len(sps) > 1 else None for sps in (group_sps[int(x)] for x in g.group)],
+        multi=[None if len(sps) == 1 else full_sps(nsp) if sps == full_sps(nsp) else sps
+               for sps in (group_sps[int(x)] for x in g.group)],
         arrive=[int(g.barrier[i]) if ops[i] is Op.BARRIER_ARRIVE else -1 for i in range(n)],
         roots=[i for i in range(n) if indeg[i] == 0],
     )

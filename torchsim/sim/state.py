@@ -56,7 +56,8 @@ class SmState:
         self.units = units
         self.ulist: list[Pipeline | None] = [units.get(u) for u in range(max(Unit) + 1)]  # indexed by Unit
         self.sp_free = [0] * nsp
-        self.queues: list[list[tuple[int, int, CtaState]]] = [[] for _ in range(nsp)]
+        # ready entries per subpartition: (age, node, cta, multi, unit)
+        self.queues: list[list[tuple[int, int, CtaState, Any, int]]] = [[] for _ in range(nsp)]
         self.wake: int | None = None
         self.threads = self.regs = self.smem = self.ctas = 0
 
