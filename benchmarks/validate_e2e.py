@@ -17,7 +17,8 @@ row (nothing is fitted to a row):
   prompts each); decode runs the whole concurrency as one batch, KV growing from ISL to ISL + OSL;
 - output tokens/s = concurrency x OSL / (OSL decode steps + concurrency x prefill time per prompt): prefill and
   decode are not overlapped (TensorRT-LLM mixes them into one batch; an upper bound on the time);
-- `serving` preset, CUDA graphs, FP8 rows as FP8 E4M3 GEMMs (`predict(dtype="fp8")`).
+- `serving` preset, CUDA graphs, FP8 rows as FP8 E4M3 GEMMs (`predict(dtype="fp8")`); a simulation budget of
+  1M node events per kernel, so the decode attention at these batch sizes is simulated, not a roofline.
 Rows skipped, with the reason: Tenstorrent hardware (validated elsewhere), tensor parallelism > 1 (no
 multi-GPU model), NVFP4 (no FP4 GEMM template), metrics other than output tokens/s.
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from torchsim.api import predict
 from torchsim.hwmodels import get_profile
+from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS
 from torchsim.lowering.precision import WeightPrecision, weight_bytes
 from torchsim.models.registry import build_model, get_config
 from torchsim.validation.published import Row, grouped_mape, rows
@@ -103,13 +105,13 @@ def serving_for(row: Row, kv: str = "checkpoint") -> Serving | str:
                    w_bytes / 2**30, kv_cache, hbm_bound, notes)
 
 
-def predict_row(s: Serving, workers: int | None) -> tuple[float, dict[str, float]]:
+def predict_row(s: Serving, workers: int | None, max_events: int) -> tuple[float, dict[str, float]]:
     """Output tokens/s under `s`, with the parts it is made of."""
     kv = "fp8" if s.kv_cache == "fp8" else None
     pre = predict(s.model, s.profile, batch=s.prefill_batch, prompt_len=s.isl, decode_steps=0, dtype=s.dtype,
-                  kv_cache=kv, workers=workers)
+                  kv_cache=kv, workers=workers, max_sim_events=max_events)
     dec = predict(s.model, s.profile, batch=s.concurrency, prompt_len=1, kv_len=s.isl, decode_steps=s.osl,
-                  dtype=s.dtype, kv_cache=kv, workers=workers)
+                  dtype=s.dtype, kv_cache=kv, workers=workers, max_sim_events=max_events)
     prefill_s = s.concurrency * pre.ttft_s / s.prefill_batch
     decode_s = sum(dec.decode_step_s)
     fallback = {(k.kind, k.shapes) for k in pre.kernels + dec.kernels if k.fallback}
@@ -123,6 +125,9 @@ def main() -> None:
     ap.add_argument("--csv", type=Path, default=None)
     ap.add_argument("--only", default="", help="comma-separated row ids")
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--max-sim-events", type=int, default=5 * DEFAULT_MAX_SIM_EVENTS,
+                    help="simulation budget per kernel (default 1M, five times predict's: the decode attention of "
+                    "hundreds of sequences is simulated instead of estimated by a roofline)")
     ap.add_argument("--kv", choices=("checkpoint", "bf16"), default="checkpoint",
                     help="KV cache dtype: as the checkpoint sets it (default), or bf16 for every row")
     args = ap.parse_args()
@@ -141,7 +146,7 @@ def main() -> None:
             skipped.append(f"{r.id:<8} {r.hardware[:24]:<24} {r.params.get('model', '')}: {s}")
             continue
         t = time.time()
-        pred, parts = predict_row(s, args.workers)
+        pred, parts = predict_row(s, args.workers, args.max_sim_events)
         group = f"{s.profile} {s.model} {s.dtype}"
         results.append((group, pred, r.value))
         table.append(f"{r.id:<8} {s.profile:<8} {s.model:<11} {s.dtype:<4} {s.kv_cache:<4} {s.isl:>5}/{s.osl:<5} "
