@@ -8,6 +8,7 @@ at completion; barrier waits need their arrivals. Time jumps from event to event
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections import deque
@@ -20,6 +21,7 @@ from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.sim.clusters import ClusterMixin, dsmem_nodes
 from torchsim.sim.issue import PICK_GTO, PICK_OLDEST, PICK_RR, PICK_SORT, IssueMixin
 from torchsim.sim.l1 import L1Cache, l1_capacity
+from torchsim.sim.loop import event_loop
 from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, current_default, get_policy
@@ -112,7 +114,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.pick = {IssuePolicy.key: PICK_OLDEST, GreedyThenOldest.key: PICK_GTO,
                      RoundRobin.key: PICK_RR}.get(pol.key, PICK_SORT)
         self.heap: list[tuple[int, int, int, Any, Any]] = []  # node completions and CTA launches
-        self.seq = 0
+        self.counter = itertools.count(1)  # event sequence numbers: ties at one cycle keep scheduling order
         self.wakes: dict[int, list[int]] = {}
         self.wake_times: list[int] = []
         self.dirty: list[int] = []
@@ -220,8 +222,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
 
     # -- events -----------------------------------------------------------------------------------------
     def _push(self, t: int, kind: int, a: Any, b: Any) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+        heapq.heappush(self.heap, (t, next(self.counter), kind, a, b))
 
     def _mark(self, sm: int) -> None:
         if not self.is_dirty[sm]:
@@ -254,97 +255,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             for sm in self.sms:
                 if self._dispatch(sm, 0):
                     progress = True
-        heap = self.heap
-        pop = heapq.heappop
-        sms = self.sms
-        dirty = self.dirty
-        is_dirty = self.is_dirty
-        instant = self.instant
-        ready = self._ready
-        issue_sync = self._issue_sync
-        retire = self._retire
-        fast = self.lazy and self.pick != PICK_SORT
-        try_issue = self._try_issue if fast else self._try_issue_general
-        wakes = self.wakes
-        wake_times = self.wake_times
-        wake = self._wake
-        lazy = self.lazy
-        full = full_sps(self.nsp)
-        events = 0
-        t = 0
-        while True:
-            if heap:
-                t = heap[0][0]
-                if wake_times and wake_times[0] < t:
-                    t = wake_times[0]
-            elif wake_times:
-                t = wake_times[0]
-            else:
-                break
-            while heap and heap[0][0] == t:
-                _, _, kind, a, b = pop(heap)
-                if kind == EV_DONE:  # node b of CTA a completes: release its data edges
-                    events += 1
-                    p = a.prep
-                    succ = p.data_succ[b]
-                    if succ:
-                        pred = a.pred
-                        for k in succ:
-                            n = pred[k] - 1
-                            pred[k] = n
-                            if n:
-                                continue
-                            a.why[k] = W_DATA
-                            if not lazy or p.need[k] or p.code[k] == ISSUE_ONLY:
-                                ready(a, k, t)
-                                continue
-                            # inline of _ready for a queued node without a barrier wait
-                            a.ready_t[k] = t
-                            sm = a.smo
-                            sp0 = p.sp0[k]
-                            m = p.multi[k]
-                            uid = p.unit[k]
-                            sm.queues[sp0].append((a.base + p.group[k], k, a, m, uid))
-                            s = sm.index
-                            if is_dirty[s]:
-                                continue
-                            spf = sm.sp_free
-                            lb = spf[sp0] if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
-                            u = sm.ulist[uid]
-                            if not u.queued and u.free_at > lb:
-                                lb = u.free_at
-                            if lb <= t:
-                                is_dirty[s] = True
-                                dirty.append(s)
-                            elif sm.wake is None or lb < sm.wake:
-                                wake(sm, lb)
-                    a.remaining -= 1
-                    if a.remaining == 0:
-                        retire(a, t)
-                else:
-                    self._launch(a, b, t)
-            if wake_times and wake_times[0] == t:
-                pop(wake_times)
-                for s in wakes.pop(t):
-                    sm = sms[s]
-                    if sm.wake == t:
-                        sm.wake = None
-                        if not is_dirty[s]:
-                            is_dirty[s] = True
-                            dirty.append(s)
-            while dirty or instant:
-                while instant:
-                    cta, j = instant.popleft()
-                    issue_sync(cta, j, t)
-                if len(dirty) > 1:
-                    dirty.sort()
-                batch = dirty[:]
-                dirty.clear()
-                for s in batch:
-                    is_dirty[s] = False
-                for s in batch:
-                    try_issue(sms[s], t)
-        self.events += events
+        t = event_loop(self)
         if self.done_ctas < len(self.pending):
             raise DeadlockError(diagnose(self, t))
         if self.memsys is None:  # write-back still queued at DRAM belongs to this kernel

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from torchsim.graph import Op, Unit
@@ -32,7 +33,7 @@ class IssueMixin:
     policies: list[IssuePolicy]
     nsp: int
     heap: list[tuple[int, int, int, Any, Any]]
-    seq: int
+    counter: Iterator[int]
     wakes: dict[int, list[int]]  # cycle -> SMs to look at again then (stale when the SM's `wake` moved)
     wake_times: list[int]  # heap of the cycles in `wakes`
     dirty: list[int]
@@ -180,8 +181,7 @@ class IssueMixin:
         if done <= t:
             self._complete(cta, j, t)
         else:
-            self.seq += 1
-            heapq.heappush(self.heap, (done, self.seq, EV_DONE, cta, j))
+            heapq.heappush(self.heap, (done, next(self.counter), EV_DONE, cta, j))
 
     def _issue(self, sm: SmState, unit: Pipeline, cta: CtaState, j: int, t: int) -> None:
         """Issue node `j` of `cta` on `unit` at cycle `t`: stall accounting, ORDER edges, barrier arrivals, service."""
@@ -241,83 +241,9 @@ class IssueMixin:
         if done <= t:
             self._complete(cta, j, t)
         else:
-            self.seq += 1
-            heapq.heappush(self.heap, (done, self.seq, EV_DONE, cta, j))
+            heapq.heappush(self.heap, (done, next(self.counter), EV_DONE, cta, j))
 
     def _try_issue(self, sm: SmState, t: int) -> None:
-        """`_try_issue_general` for the built-in non-throttling orders with exact wake-ups (`lazy`): the same
-        choice, then the SM's next wake is the earliest cycle anything left could issue."""
-        spf = sm.sp_free
-        ulist = sm.ulist
-        queues = sm.queues
-        pol = self.policies[sm.index]
-        last = pol.last
-        full = self.full
-        gto = self.pick == PICK_GTO
-        rr = self.pick == PICK_RR
-        t1 = t + 1
-        for sp, q in enumerate(queues):
-            if not q or spf[sp] > t:
-                continue
-            best = None
-            bk = False
-            for e in q:
-                m = e[3]
-                if m is not None and (max(spf) if m is full else max(map(spf.__getitem__, m))) > t:
-                    continue
-                u = ulist[e[4]]
-                assert u is not None
-                if not u.queued and u.free_at > t:
-                    continue
-                # (flag, age, node) with flag = not the last-issued group (GTO), at or before it (RR), or none
-                # (oldest); ages and nodes make every key distinct
-                k = e[0] != last[sp] if gto else e[0] <= last[sp] if rr else False
-                if best is None or k < bk or k == bk and e < best:
-                    best, bk, unit = e, k, u
-            if best is None:
-                continue
-            q.remove(best)
-            m = best[3]
-            if m is None:
-                spf[sp] = t1
-            else:
-                for s in m:
-                    spf[s] = t1
-            if self.plain_issued:
-                last[sp] = best[0]
-            else:
-                pol.issued(sp, best)
-            self._issue(sm, unit, best[2], best[1], t)
-        if self.is_dirty[sm.index]:  # looked at again this cycle
-            return
-        # The earliest cycle anything here could issue (its subpartitions and unit free) replaces any pending
-        # wake, which may be stale (a later issue on the same unit pushed its free time back); nodes that
-        # become ready later wake the SM themselves.
-        nxt = INF
-        for sp, q in enumerate(queues):
-            if q:
-                f = spf[sp]
-                for e in q:
-                    m = e[3]
-                    lb = f if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
-                    u = ulist[e[4]]
-                    assert u is not None
-                    if not u.queued and u.free_at > lb:
-                        lb = u.free_at
-                    if lb < nxt:
-                        nxt = lb
-        if nxt == INF:
-            sm.wake = None
-        elif nxt != sm.wake:
-            w = sm.wake = int(nxt)
-            b = self.wakes.get(w)
-            if b is None:
-                self.wakes[w] = [sm.index]
-                heapq.heappush(self.wake_times, w)
-            else:
-                b.append(sm.index)
-
-    def _try_issue_general(self, sm: SmState, t: int) -> None:
         """Issue at most one ready node per free subpartition at cycle `t`: the policy's first choice among the
         nodes whose subpartitions and unit are free (and, for a throttling policy, that it allows)."""
         spf = sm.sp_free

@@ -16,6 +16,8 @@ from torchsim.hwmodels.gpu import GpuProfile
 
 # dispatch codes
 ISSUE_ONLY, COMPUTE, GLOBAL_READ, GLOBAL_WRITE, LOCAL_MEM = 0, 1, 2, 3, 4
+# a node that becomes ready: joins its subpartition queue, retires at once (synchronisation), or waits on a barrier
+R_QUEUE, R_INSTANT, R_WAIT = 0, 1, 2
 _FULL: dict[int, tuple[int, ...]] = {}
 
 
@@ -57,6 +59,7 @@ class Prepared:
     # full_sps(nsp) when it needs them all)
     arrive: list[int]  # barrier a BARRIER_ARRIVE node arrives at (-1 for every other node)
     roots: list[int]  # nodes without predecessors (ready at launch)
+    rkind: list[int]  # what becoming ready means: R_QUEUE, R_INSTANT, or R_WAIT (a barrier wait: arrivals count)
     pred_edges: list[list[tuple[int, int]]] | None = None  # (src, kind), built for deadlock diagnosis
 
     def predecessors(self, j: int, src: np.ndarray, dst: np.ndarray, kind: np.ndarray) -> list[tuple[int, int]]:
@@ -149,4 +152,5 @@ def prepare(cls: CtaClass, hw: GpuProfile) -> Prepared:
                for sps in (group_sps[int(x)] for x in g.group)],
         arrive=[int(g.barrier[i]) if ops[i] is Op.BARRIER_ARRIVE else -1 for i in range(n)],
         roots=[i for i in range(n) if indeg[i] == 0],
+        rkind=[R_WAIT if need[i] else R_INSTANT if codes[i] == ISSUE_ONLY else R_QUEUE for i in range(n)],
     )

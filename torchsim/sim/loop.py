@@ -1,0 +1,360 @@
+"""The engine's event loop: completions and launches from the heap, SM wake-ups by cycle, then issue rounds.
+
+Called by torchsim.sim.engine._Engine.run. For the common configuration (a built-in non-throttling order, no
+clusters: `fast`) the loop inlines what the engine's methods `_ready`, `_try_issue` and `_issue` do, with every
+piece of state in a local variable; other configurations call those methods. Both give the same results (tests
+check them against each other and against tests/data/engine_golden.json).
+"""
+
+from __future__ import annotations
+
+import heapq
+from math import ceil
+from typing import Any
+
+from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
+from torchsim.sim.memory import K_LDG, K_PIPE, K_WRITE
+from torchsim.sim.prepare import R_INSTANT, R_QUEUE
+from torchsim.sim.state import W_DATA, W_ORDER, CtaState
+
+EV_DONE = 0
+FAST = True  # tests set False to run every configuration through the engine's methods
+
+
+def event_loop(eng: Any) -> int:
+    """Process events until none is left; returns the cycle of the last one."""
+    heap = eng.heap
+    pop = heapq.heappop
+    push = heapq.heappush
+    counter = eng.counter
+    sms = eng.sms
+    dirty = eng.dirty
+    is_dirty = eng.is_dirty
+    instant = eng.instant
+    wakes = eng.wakes
+    wake_times = eng.wake_times
+    stalls = eng.stalls
+    record = eng.record
+    ready = eng._ready
+    retire = eng._retire
+    memory = eng._memory
+    memsys = eng.memsys
+    l2_access = eng.l2.access
+    l2srv = eng.l2srv
+    dram_serve = eng.dram.serve
+    l2_lat = getattr(eng, "l2_lat", 0)
+    dram_lat = getattr(eng, "dram_lat", 0)
+    complete = eng._complete
+    fast = FAST and eng.lazy and eng.pick != PICK_SORT
+    full = eng.full
+    gto = eng.pick == PICK_GTO
+    rr = eng.pick == PICK_RR
+    plain = eng.plain_issued
+    policies = eng.policies
+    lasts = [pol.last for pol in policies]
+
+    def enqueue(cta: CtaState, k: int, t: int) -> None:
+        """`_ready` for a node without a barrier wait that needs a unit (fast configuration)."""
+        cta.ready_t[k] = t
+        p = cta.prep
+        sm = cta.smo
+        sp0 = p.sp0[k]
+        m = p.multi[k]
+        uid = p.unit[k]
+        sm.queues[sp0].append((cta.base + p.group[k], k, cta, m, uid))
+        s = sm.index
+        if is_dirty[s]:
+            return
+        spf = sm.sp_free
+        lb = spf[sp0] if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+        u = sm.ulist[uid]
+        assert u is not None
+        if not u.queued and u.free_at > lb:
+            lb = u.free_at
+        if lb <= t:
+            is_dirty[s] = True
+            dirty.append(s)
+        elif sm.wake is None or lb < sm.wake:
+            sm.wake = lb
+            bucket = wakes.get(lb)
+            if bucket is None:
+                wakes[lb] = [s]
+                push(wake_times, lb)
+            else:
+                bucket.append(s)
+
+    events = 0
+    t = 0
+    while True:
+        if heap:
+            t = heap[0][0]
+            if wake_times and wake_times[0] < t:
+                t = wake_times[0]
+        elif wake_times:
+            t = wake_times[0]
+        else:
+            break
+        # -- completions and launches at t, in the order they were scheduled
+        while heap and heap[0][0] == t:
+            _, _, kind, a, b = pop(heap)
+            if kind != EV_DONE:
+                eng._launch(a, b, t)
+                continue
+            events += 1  # node b of CTA a completes: release its data edges
+            p = a.prep
+            succ = p.data_succ[b]
+            if succ:
+                pred = a.pred
+                for k in succ:
+                    n = pred[k] - 1
+                    pred[k] = n
+                    if n == 0:
+                        a.why[k] = W_DATA
+                        if not fast:
+                            ready(a, k, t)
+                        elif p.rkind[k] == R_QUEUE:
+                            enqueue(a, k, t)
+                        elif p.rkind[k] == R_INSTANT:
+                            a.ready_t[k] = t
+                            instant.append((a, k))
+                        else:
+                            ready(a, k, t)
+            a.remaining -= 1
+            if a.remaining == 0:
+                retire(a, t)
+        # -- SMs whose wake-up is due
+        if wake_times and wake_times[0] == t:
+            pop(wake_times)
+            for s in wakes.pop(t):
+                sm = sms[s]
+                if sm.wake == t:
+                    sm.wake = None
+                    if not is_dirty[s]:
+                        is_dirty[s] = True
+                        dirty.append(s)
+        # -- issue rounds: synchronisation nodes first, then the marked SMs in index order, until quiet
+        while dirty or instant:
+            while instant:
+                cta, j = instant.popleft()
+                kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
+                if not fast or sio_occ or record:
+                    eng._issue_sync(cta, j, t)
+                    continue
+                # -- a synchronisation node retires at once (IssueMixin._issue_sync, then _complete)
+                rt = cta.ready_t[j]
+                gl = cta.grp_last
+                dep = rt - gl[g]
+                if dep > 0:
+                    w = cta.why[j]
+                    stalls[w if w < 3 else 0] += dep
+                if t > rt:
+                    stalls[4] += t - rt
+                gl[g] = t
+                p = cta.prep
+                rkind = p.rkind
+                pred = cta.pred
+                for k in osucc:
+                    n = pred[k] - 1
+                    pred[k] = n
+                    if n == 0:
+                        cta.why[k] = W_ORDER
+                        if rkind[k] == R_QUEUE:
+                            enqueue(cta, k, t)
+                        elif rkind[k] == R_INSTANT:
+                            cta.ready_t[k] = t
+                            instant.append((cta, k))
+                        else:
+                            ready(cta, k, t)
+                if arrive >= 0:
+                    eng._arrive(cta, arrive, t)
+                events += 1
+                for k in p.data_succ[j]:
+                    n = pred[k] - 1
+                    pred[k] = n
+                    if n == 0:
+                        cta.why[k] = W_DATA
+                        if rkind[k] == R_QUEUE:
+                            enqueue(cta, k, t)
+                        elif rkind[k] == R_INSTANT:
+                            cta.ready_t[k] = t
+                            instant.append((cta, k))
+                        else:
+                            ready(cta, k, t)
+                cta.remaining -= 1
+                if cta.remaining == 0:
+                    retire(cta, t)
+            if len(dirty) > 1:
+                dirty.sort()
+            batch = dirty[:]
+            dirty.clear()
+            for s in batch:
+                is_dirty[s] = False
+            if not fast:
+                for s in batch:
+                    eng._try_issue(sms[s], t)
+                continue
+            for s in batch:
+                sm = sms[s]
+                spf = sm.sp_free
+                ulist = sm.ulist
+                last = lasts[s]
+                queues = sm.queues
+                for sp, q in enumerate(queues):
+                    if not q or spf[sp] > t:
+                        continue
+                    # the policy's first choice among the entries whose subpartitions and unit are free:
+                    # smallest (flag, age, node), flag = not the last-issued group (GTO), at or before it (RR)
+                    best = None
+                    bk = False
+                    for e in q:
+                        m = e[3]
+                        if m is not None and (max(spf) if m is full else max(map(spf.__getitem__, m))) > t:
+                            continue
+                        u = ulist[e[4]]
+                        if not u.queued and u.free_at > t:
+                            continue
+                        key = e[0] != last[sp] if gto else e[0] <= last[sp] if rr else False
+                        if best is None or key < bk or key == bk and e < best:
+                            best = e
+                            bk = key
+                            unit = u
+                    if best is None:
+                        continue
+                    q.remove(best)
+                    m = best[3]
+                    if m is None:
+                        spf[sp] = t + 1
+                    else:
+                        for x in m:
+                            spf[x] = t + 1
+                    if plain:
+                        last[sp] = best[0]
+                    else:
+                        policies[s].issued(sp, best)
+                    # -- issue node j of cta on unit (IssueMixin._issue)
+                    cta = best[2]
+                    j = best[1]
+                    kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
+                    rt = cta.ready_t[j]
+                    gl = cta.grp_last
+                    dep = rt - gl[g]
+                    if dep > 0:
+                        w = cta.why[j]
+                        stalls[w if w < 3 else 0] += dep
+                    if t > rt:
+                        stalls[3 if unit.free_at > rt else 4] += t - rt
+                    gl[g] = t
+                    if osucc:  # release order edges at issue
+                        pred = cta.pred
+                        rkind = cta.prep.rkind
+                        for k in osucc:
+                            n = pred[k] - 1
+                            pred[k] = n
+                            if n == 0:
+                                cta.why[k] = W_ORDER
+                                if rkind[k] == R_QUEUE:
+                                    enqueue(cta, k, t)
+                                elif rkind[k] == R_INSTANT:
+                                    cta.ready_t[k] = t
+                                    instant.append((cta, k))
+                                else:
+                                    ready(cta, k, t)
+                    if arrive >= 0:
+                        eng._arrive(cta, arrive, t)
+                    if kind == K_PIPE:
+                        start = unit.free_at
+                        if t > start:
+                            start = t
+                        end = start + occ
+                        unit.free_at = end
+                        unit.busy_work += work
+                        pt = unit.partner
+                        if pt is not None and pt.free_at < end:
+                            pt.free_at = end
+                        done = end + unit.latency
+                    elif kind == K_LDG or memsys is not None:
+                        done, start = memory(unit, cta, j, t, kind, occ, work, extra)
+                    else:  # a global read/write past L1 (MemoryMixin._memory; DSMEM nodes are never `fast`)
+                        x = unit.free_at
+                        if t > x:
+                            x = t
+                        fe_end = x + occ
+                        unit.free_at = fe_end
+                        unit.busy_work += work
+                        pt = unit.partner
+                        if pt is not None and pt.free_at < fe_end:
+                            pt.free_at = fe_end
+                        key = cta.keys.get(j)
+                        if key is None:
+                            key = (cta.prep.name, j, cta.seq)
+                        hit = l2_access(key, work)
+                        x = l2srv.free_at
+                        if t > x:
+                            x = t
+                        dur = work / l2srv.bytes_per_cycle
+                        l2_end = l2srv.free_at = x + dur
+                        l2srv.bytes += work
+                        l2srv.busy_cycles += dur
+                        if kind == K_WRITE:
+                            dram_serve(t, work)  # write-back traffic; the store completes at L2
+                            done = max(fe_end, l2_end) + l2_lat + extra
+                            ideal = l2_lat + extra + occ
+                        elif hit:
+                            done = max(fe_end, l2_end) + l2_lat + extra
+                            ideal = l2_lat + extra + occ
+                        else:
+                            done = max(fe_end, l2_end, dram_serve(t, work)) + dram_lat + extra
+                            ideal = dram_lat + extra + occ
+                        done = ceil(done)
+                        start = done - t - ideal
+                        if start > 0:
+                            stalls[5] += start
+                            start += t
+                        else:
+                            start = t
+                    if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
+                        port = ulist[LDST]
+                        x = port.free_at
+                        if t > x:
+                            x = t
+                        end = x + sio_occ
+                        port.free_at = end
+                        port.busy_work += sio
+                        pt = port.partner
+                        if pt is not None and pt.free_at < end:
+                            pt.free_at = end
+                        if end > done:
+                            done = end
+                    if record:
+                        eng._record(cta, j, rt, t, start, done, dep)
+                    if done <= t:
+                        complete(cta, j, t)
+                    else:
+                        push(heap, (done, next(counter), EV_DONE, cta, j))
+                if is_dirty[s]:  # looked at again this cycle
+                    continue
+                # the earliest cycle anything left could issue replaces any pending wake-up (IssueMixin._try_issue)
+                nxt = None
+                for sp, q in enumerate(queues):
+                    if q:
+                        f = spf[sp]
+                        for e in q:
+                            m = e[3]
+                            lb = f if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+                            u = ulist[e[4]]
+                            if not u.queued and u.free_at > lb:
+                                lb = u.free_at
+                            if nxt is None or lb < nxt:
+                                nxt = lb
+                if nxt is None:
+                    sm.wake = None
+                elif nxt != sm.wake:
+                    sm.wake = nxt
+                    bucket = wakes.get(nxt)
+                    if bucket is None:
+                        wakes[nxt] = [s]
+                        push(wake_times, nxt)
+                    else:
+                        bucket.append(s)
+    eng.events += events
+    return t
