@@ -35,6 +35,10 @@ def register(sub: Any) -> None:
                    help="Tenstorrent profiles: tt_transformers' weight data formats and math fidelities per role "
                    "(performance: bfp4_b MLP FF1/FF3 at LoFi, bfp8_b elsewhere at HiFi2; accuracy: bfp8_b at "
                    "HiFi2 everywhere; default performance); an error on GPUs")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"),
+                   help="checkpoint precision: fp8 runs the decoder-layer GEMMs in FP8 E4M3 (default bf16)")
+    p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
+                   help="KV-cache dtype (default: the model dtype; fp8 halves K/V bytes in decode attention)")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
@@ -69,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(args.model, policy_profile(args.hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
+                       dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())

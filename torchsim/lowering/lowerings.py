@@ -100,7 +100,7 @@ VIEW_TARGETS = frozenset({
     aten.view_as.default, aten.expand_as.default, aten.as_strided.default, operator.getitem,
 })
 _MAYBE_VIEW = frozenset({aten.reshape.default, aten.contiguous.default, aten.to.dtype, aten._to_copy.default,
-                         aten.to.dtype_layout, aten.type_as.default})
+                         aten.to.dtype_layout, aten.type_as.default, aten.to.device})
 
 
 def is_view(node: OpNode) -> bool:
