@@ -1,6 +1,7 @@
 """The event-driven engine: binds CTAs to SMs, issues ready nodes by policy, serves them on resource models.
 
-Deterministic: integer cycles, a heap of (cycle, sequence, kind, a, b) events, SMs handled in index order.
+Deterministic: integer cycles, events due at one cycle handled in the order they were scheduled, then the SMs
+with something to issue in index order.
 Node lifecycle: blocked -> ready -> issued -> executing -> completed. ORDER edges release at issue, DATA edges
 at completion; barrier waits need their arrivals. Time jumps from event to event; idle cycles are never ticked.
 """
@@ -8,7 +9,6 @@ at completion; barrier waits need their arrivals. Time jumps from event to event
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import time
 from collections import deque
@@ -113,10 +113,11 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         # the built-in orders are picked without sorting the queue; other `key`s sort it
         self.pick = {IssuePolicy.key: PICK_OLDEST, GreedyThenOldest.key: PICK_GTO,
                      RoundRobin.key: PICK_RR}.get(pol.key, PICK_SORT)
-        self.heap: list[tuple[int, int, int, Any, Any]] = []  # node completions and CTA launches
-        self.counter = itertools.count(1)  # event sequence numbers: ties at one cycle keep scheduling order
+        # a calendar: the cycles with something due (a heap; a cycle may appear twice), the node completions and
+        # CTA launches due at each cycle in the order they were scheduled, and the SMs to look at again then
+        self.times: list[int] = []
+        self.due: dict[int, list[tuple[int, Any, Any]]] = {}
         self.wakes: dict[int, list[int]] = {}
-        self.wake_times: list[int] = []
         self.dirty: list[int] = []
         self.instant: deque[tuple[CtaState, int]] = deque()
         self.is_dirty = [False] * self.nsm
@@ -222,7 +223,12 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
 
     # -- events -----------------------------------------------------------------------------------------
     def _push(self, t: int, kind: int, a: Any, b: Any) -> None:
-        heapq.heappush(self.heap, (t, next(self.counter), kind, a, b))
+        events = self.due.get(t)
+        if events is None:
+            self.due[t] = [(kind, a, b)]
+            heapq.heappush(self.times, t)
+        else:
+            events.append((kind, a, b))
 
     def _mark(self, sm: int) -> None:
         if not self.is_dirty[sm]:

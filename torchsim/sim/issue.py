@@ -9,7 +9,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from torchsim.graph import Op, Unit
@@ -32,10 +31,8 @@ class IssueMixin:
     sms: list[SmState]
     policies: list[IssuePolicy]
     nsp: int
-    heap: list[tuple[int, int, int, Any, Any]]
-    counter: Iterator[int]
+    times: list[int]
     wakes: dict[int, list[int]]  # cycle -> SMs to look at again then (stale when the SM's `wake` moved)
-    wake_times: list[int]  # heap of the cycles in `wakes`
     dirty: list[int]
     is_dirty: list[bool]
     instant: deque[tuple[CtaState, int]]
@@ -66,6 +63,9 @@ class IssueMixin:
         def _complete(self, cta: CtaState, j: int, t: int) -> None:
             ...
 
+        def _push(self, t: int, kind: int, a: Any, b: Any) -> None:
+            ...
+
     def _wake(self, sm: SmState, w: int) -> None:
         """Look at `sm` again at cycle `w` (one pending wake per SM: the earliest)."""
         if sm.wake is None or w < sm.wake:
@@ -73,7 +73,7 @@ class IssueMixin:
             b = self.wakes.get(w)
             if b is None:
                 self.wakes[w] = [sm.index]
-                heapq.heappush(self.wake_times, w)
+                heapq.heappush(self.times, w)
             else:
                 b.append(sm.index)
 
@@ -181,7 +181,7 @@ class IssueMixin:
         if done <= t:
             self._complete(cta, j, t)
         else:
-            heapq.heappush(self.heap, (done, next(self.counter), EV_DONE, cta, j))
+            self._push(done, EV_DONE, cta, j)
 
     def _issue(self, sm: SmState, unit: Pipeline, cta: CtaState, j: int, t: int) -> None:
         """Issue node `j` of `cta` on `unit` at cycle `t`: stall accounting, ORDER edges, barrier arrivals, service."""
@@ -241,7 +241,7 @@ class IssueMixin:
         if done <= t:
             self._complete(cta, j, t)
         else:
-            heapq.heappush(self.heap, (done, next(self.counter), EV_DONE, cta, j))
+            self._push(done, EV_DONE, cta, j)
 
     def _try_issue(self, sm: SmState, t: int) -> None:
         """Issue at most one ready node per free subpartition at cycle `t`: the policy's first choice among the
@@ -342,6 +342,6 @@ class IssueMixin:
             b = self.wakes.get(w)
             if b is None:
                 self.wakes[w] = [sm.index]
-                heapq.heappush(self.wake_times, w)
+                heapq.heappush(self.times, w)
             else:
                 b.append(sm.index)

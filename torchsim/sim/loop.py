@@ -14,7 +14,7 @@ from typing import Any
 
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.memory import K_LDG, K_PIPE, K_WRITE
-from torchsim.sim.prepare import R_INSTANT, R_QUEUE
+from torchsim.sim.prepare import R_INSTANT, R_QUEUE, R_WAIT
 from torchsim.sim.state import W_DATA, W_ORDER, CtaState
 
 EV_DONE = 0
@@ -23,16 +23,15 @@ FAST = True  # tests set False to run every configuration through the engine's m
 
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
-    heap = eng.heap
+    times = eng.times
+    due = eng.due
     pop = heapq.heappop
     push = heapq.heappush
-    counter = eng.counter
     sms = eng.sms
     dirty = eng.dirty
     is_dirty = eng.is_dirty
     instant = eng.instant
     wakes = eng.wakes
-    wake_times = eng.wake_times
     stalls = eng.stalls
     record = eng.record
     ready = eng._ready
@@ -52,15 +51,16 @@ def event_loop(eng: Any) -> int:
     plain = eng.plain_issued
     policies = eng.policies
     lasts = [pol.last for pol in policies]
+    nsp = eng.nsp
+    # the subpartitions whose queues can hold entries (every node's first subpartition), in issue order
+    active = sorted({sp0 for p in eng.preps for sp0 in p.sp0})
 
     def enqueue(cta: CtaState, k: int, t: int) -> None:
         """`_ready` for a node without a barrier wait that needs a unit (fast configuration)."""
         cta.ready_t[k] = t
         p = cta.prep
         sm = cta.smo
-        sp0 = p.sp0[k]
-        m = p.multi[k]
-        uid = p.unit[k]
+        sp0, m, uid = p.qinfo[k]
         sm.queues[sp0].append((cta.base + p.group[k], k, cta, m, uid))
         s = sm.index
         if is_dirty[s]:
@@ -79,24 +79,17 @@ def event_loop(eng: Any) -> int:
             bucket = wakes.get(lb)
             if bucket is None:
                 wakes[lb] = [s]
-                push(wake_times, lb)
+                push(times, lb)
             else:
                 bucket.append(s)
 
     events = 0
     t = 0
-    while True:
-        if heap:
-            t = heap[0][0]
-            if wake_times and wake_times[0] < t:
-                t = wake_times[0]
-        elif wake_times:
-            t = wake_times[0]
-        else:
-            break
-        # -- completions and launches at t, in the order they were scheduled
-        while heap and heap[0][0] == t:
-            _, _, kind, a, b = pop(heap)
+    while times:
+        t = pop(times)
+        # -- completions and launches at t, in the order they were scheduled (including any scheduled meanwhile)
+        evs = due.get(t)
+        for kind, a, b in evs or ():
             if kind != EV_DONE:
                 eng._launch(a, b, t)
                 continue
@@ -108,24 +101,50 @@ def event_loop(eng: Any) -> int:
                 for k in succ:
                     n = pred[k] - 1
                     pred[k] = n
-                    if n == 0:
-                        a.why[k] = W_DATA
-                        if not fast:
-                            ready(a, k, t)
-                        elif p.rkind[k] == R_QUEUE:
-                            enqueue(a, k, t)
-                        elif p.rkind[k] == R_INSTANT:
-                            a.ready_t[k] = t
-                            instant.append((a, k))
+                    if n:
+                        continue
+                    a.why[k] = W_DATA
+                    rk = p.rkind[k] if fast else R_WAIT
+                    if rk == R_INSTANT:
+                        a.ready_t[k] = t
+                        instant.append((a, k))
+                        continue
+                    if rk != R_QUEUE:
+                        ready(a, k, t)
+                        continue
+                    # -- enqueue(a, k, t), inlined
+                    a.ready_t[k] = t
+                    sm = a.smo
+                    sp0, m, uid = p.qinfo[k]
+                    sm.queues[sp0].append((a.base + p.group[k], k, a, m, uid))
+                    s = sm.index
+                    if is_dirty[s]:
+                        continue
+                    spf = sm.sp_free
+                    lb = spf[sp0] if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+                    u = sm.ulist[uid]
+                    if not u.queued and u.free_at > lb:
+                        lb = u.free_at
+                    if lb <= t:
+                        is_dirty[s] = True
+                        dirty.append(s)
+                    elif sm.wake is None or lb < sm.wake:
+                        sm.wake = lb
+                        bucket = wakes.get(lb)
+                        if bucket is None:
+                            wakes[lb] = [s]
+                            push(times, lb)
                         else:
-                            ready(a, k, t)
+                            bucket.append(s)
             a.remaining -= 1
             if a.remaining == 0:
                 retire(a, t)
+        if evs is not None:
+            del due[t]
         # -- SMs whose wake-up is due
-        if wake_times and wake_times[0] == t:
-            pop(wake_times)
-            for s in wakes.pop(t):
+        wk = wakes.pop(t, None)
+        if wk is not None:
+            for s in wk:
                 sm = sms[s]
                 if sm.wake == t:
                     sm.wake = None
@@ -183,12 +202,16 @@ def event_loop(eng: Any) -> int:
                 cta.remaining -= 1
                 if cta.remaining == 0:
                     retire(cta, t)
-            if len(dirty) > 1:
+            if len(dirty) == 1:
+                batch = dirty[:]
+                dirty.clear()
+                is_dirty[batch[0]] = False
+            else:
                 dirty.sort()
-            batch = dirty[:]
-            dirty.clear()
-            for s in batch:
-                is_dirty[s] = False
+                batch = dirty[:]
+                dirty.clear()
+                for s in batch:
+                    is_dirty[s] = False
             if not fast:
                 for s in batch:
                     eng._try_issue(sms[s], t)
@@ -199,7 +222,8 @@ def event_loop(eng: Any) -> int:
                 ulist = sm.ulist
                 last = lasts[s]
                 queues = sm.queues
-                for sp, q in enumerate(queues):
+                for sp in active:
+                    q = queues[sp]
                     if not q or spf[sp] > t:
                         continue
                     # the policy's first choice among the entries whose subpartitions and unit are free:
@@ -224,6 +248,8 @@ def event_loop(eng: Any) -> int:
                     m = best[3]
                     if m is None:
                         spf[sp] = t + 1
+                    elif m is full:
+                        spf[:] = [t + 1] * nsp
                     else:
                         for x in m:
                             spf[x] = t + 1
@@ -330,12 +356,18 @@ def event_loop(eng: Any) -> int:
                     if done <= t:
                         complete(cta, j, t)
                     else:
-                        push(heap, (done, next(counter), EV_DONE, cta, j))
+                        evl = due.get(done)
+                        if evl is None:
+                            due[done] = [(EV_DONE, cta, j)]
+                            push(times, done)
+                        else:
+                            evl.append((EV_DONE, cta, j))
                 if is_dirty[s]:  # looked at again this cycle
                     continue
                 # the earliest cycle anything left could issue replaces any pending wake-up (IssueMixin._try_issue)
                 nxt = None
-                for sp, q in enumerate(queues):
+                for sp in active:
+                    q = queues[sp]
                     if q:
                         f = spf[sp]
                         for e in q:
@@ -353,7 +385,7 @@ def event_loop(eng: Any) -> int:
                     bucket = wakes.get(nxt)
                     if bucket is None:
                         wakes[nxt] = [s]
-                        push(wake_times, nxt)
+                        push(times, nxt)
                     else:
                         bucket.append(s)
     eng.events += events

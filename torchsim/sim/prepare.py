@@ -59,6 +59,7 @@ class Prepared:
     # full_sps(nsp) when it needs them all)
     arrive: list[int]  # barrier a BARRIER_ARRIVE node arrives at (-1 for every other node)
     roots: list[int]  # nodes without predecessors (ready at launch)
+    qinfo: list[tuple[int, tuple[int, ...] | None, int]]  # (sp0, multi, unit): what a queue entry carries
     rkind: list[int]  # what becoming ready means: R_QUEUE, R_INSTANT, or R_WAIT (a barrier wait: arrivals count)
     pred_edges: list[list[tuple[int, int]]] | None = None  # (src, kind), built for deadlock diagnosis
 
@@ -137,6 +138,8 @@ def prepare(cls: CtaClass, hw: GpuProfile) -> Prepared:
         if b >= 0 and ops[i] is Op.BARRIER_WAIT:
             need[i] = g.barriers[b].expected * (int(g.phase[i]) + 1)
     P = max(1, len(pidx))
+    multi = [None if len(sps) == 1 else full_sps(nsp) if sps == full_sps(nsp) else sps
+             for sps in (group_sps[int(x)] for x in g.group)]
     return Prepared(
         name=g.name, n=n, names=g.node_names, op=[int(o) for o in ops], unit=[int(u) for u in units],
         group=g.group.tolist(), group_names=tuple(gr.name for gr in g.groups), work=g.work.tolist(), code=codes,
@@ -148,9 +151,9 @@ def prepare(cls: CtaClass, hw: GpuProfile) -> Prepared:
         mem_coef=np.array(coefs, dtype=np.int64).reshape(len(mem_nodes), dims, P),
         ngroups=len(g.groups), threads=cls.threads, regs=cls.regs_per_thread * cls.threads, smem=cls.smem,
         smem_io=[float(g.smem_io[i]) or (float(g.work[i]) if ops[i] is Op.TMA_LOAD else 0.0) for i in range(n)],
-        multi=[None if len(sps) == 1 else full_sps(nsp) if sps == full_sps(nsp) else sps
-               for sps in (group_sps[int(x)] for x in g.group)],
+        multi=multi,
         arrive=[int(g.barrier[i]) if ops[i] is Op.BARRIER_ARRIVE else -1 for i in range(n)],
         roots=[i for i in range(n) if indeg[i] == 0],
+        qinfo=[(group_sps[int(x)][0], mult, int(u)) for x, mult, u in zip(g.group, multi, units)],
         rkind=[R_WAIT if need[i] else R_INSTANT if codes[i] == ISSUE_ONLY else R_QUEUE for i in range(n)],
     )
