@@ -168,29 +168,42 @@ def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
             stage_loads.append(pair)
         lasts = []
         for c, cg in enumerate(consumers):
-            prev_mma = -1
-            for i in range(kt):
-                mma = w.mma(cg, cfg.bm // 2, cfg.bn, f"mma{c}[t{t},k{i}]")
-                for ld in stage_loads[i]:
-                    b.data(ld, mma)
-                if w.promotes:
-                    w.promote(cg, mma, cfg.bm // 2, f"promote{c}[t{t},k{i}]")
-                if prev_mma >= 0:  # wgmma.wait<1>: release the previous stage once its MMA completed
-                    arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{i - 1}]",
-                                    barrier=_empty_barrier(b))
-                    b.data(prev_mma, arrive)
-                    w.slot_users[g + i - 1].append(arrive)
-                prev_mma = mma
-            arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{kt - 1}]",
-                            barrier=_empty_barrier(b))
-            b.data(prev_mma, arrive)
-            w.slot_users[g + kt - 1].append(arrive)
+            prev_mma = _consumer_mainloop(w, cg, c, t, stage_loads, g)
             lasts.append(prev_mma)
             if not three:
                 w.epilogue_nodes(cg, t, cfg.bm // 2, c, 2, [prev_mma], split=split)
         if three:
             w.epilogue_nodes(epi_group, t, cfg.bm, 0, 1, lasts, split=split)
         g += kt
+
+
+def _consumer_mainloop(w: GemmWriter, cg: int, c: int, t: int, stage_loads: list[list[int]], g: int,
+                       token: int = -1) -> int:
+    """One consumer warp group's wgmma loop over a tile (half): each MMA waits for its stage's loads; with
+    wgmma.wait<1> the previous stage is released once its MMA completed. `token`: an MMA of the other consumer
+    that must have issued before this mainloop starts (ping-pong). Returns the last MMA."""
+    b, cfg = w.b, w.cfg
+    rows = cfg.bm // 2
+    prev = -1
+    for i, loads in enumerate(stage_loads):
+        mma = w.mma(cg, rows, cfg.bn, f"mma{c}[t{t},k{i}]")
+        for ld in loads:
+            b.data(ld, mma)
+        if w.promotes:
+            w.promote(cg, mma, rows, f"promote{c}[t{t},k{i}]")
+        if i == 0 and token >= 0 and cfg.order_edges:
+            b.order(token, mma)  # the other consumer's mainloop has issued its last MMA
+        if prev >= 0:
+            _release(w, cg, c, t, i - 1, prev, g)
+        prev = mma
+    _release(w, cg, c, t, len(stage_loads) - 1, prev, g)
+    return prev
+
+
+def _release(w: GemmWriter, cg: int, c: int, t: int, i: int, mma: int, g: int) -> None:
+    arrive = w.b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{i}]", barrier=_empty_barrier(w.b))
+    w.b.data(mma, arrive)
+    w.slot_users[g + i].append(arrive)
 
 
 def _empty_barrier(b: GraphBuilder) -> int:
@@ -216,26 +229,7 @@ def _pingpong(w: GemmWriter, kts: tuple[int, ...]) -> None:
                 pair = [w.load_a(producer, t, i, parts=2, sub=c), w.load_b(producer, t, i)]
                 w.stage(pair)
                 stage_loads.append(pair)
-            prev_mma = -1
-            for i in range(kt):
-                mma = w.mma(cg, cfg.bm // 2, cfg.bn, f"mma{c}[t{t},k{i}]")
-                for ld in stage_loads[i]:
-                    b.data(ld, mma)
-                if w.promotes:
-                    w.promote(cg, mma, cfg.bm // 2, f"promote{c}[t{t},k{i}]")
-                if i == 0 and token >= 0 and cfg.order_edges:
-                    b.order(token, mma)  # the other consumer's mainloop has issued its last MMA
-                if prev_mma >= 0:
-                    arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{i - 1}]",
-                                    barrier=_empty_barrier(b))
-                    b.data(prev_mma, arrive)
-                    w.slot_users[g + i - 1].append(arrive)
-                prev_mma = mma
-            token = prev_mma
-            arrive = b.node(cg, Op.BARRIER_ARRIVE, Unit.NONE, name=f"release{c}[t{t},k{kt - 1}]",
-                            barrier=_empty_barrier(b))
-            b.data(prev_mma, arrive)
-            w.slot_users[g + kt - 1].append(arrive)
+            prev_mma = token = _consumer_mainloop(w, cg, c, t, stage_loads, g, token)
             w.epilogue_nodes(cg, t, cfg.bm // 2, c, 2, [prev_mma], split=split)
             g += kt
 
