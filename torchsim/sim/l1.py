@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
+from itertools import product
 from typing import Any, Protocol
 
 from torchsim.hwmodels.quantity import Quantity, measured
@@ -40,11 +41,10 @@ def tile_lines(key: tuple[Any, ...], shape: tuple[int, ...], elem_bytes: float,
     col0 = (coords[-1] if coords else 0) * cols
     first = int(col0 * elem_bytes) // line_bytes
     last = int((col0 + cols) * elem_bytes - 1) // line_bytes
-    rows: list[tuple[int, ...]] = [()]
-    for d in range(len(shape) - 1):  # leading dims: block coordinate x extent + offset
-        base = (coords[d] if d < len(coords) else 0) * shape[d]
-        rows = [r + (base + i,) for r in rows for i in range(shape[d])]
-    return tuple((tensor, *r, c) for r in rows for c in range(first, last + 1))
+    # leading dims: block coordinate x extent + offset; rows in lexicographic order, lines along each row
+    rows = [range(b, b + n) for b, n in ((coords[d] * shape[d] if d < len(coords) else 0, shape[d])
+                                        for d in range(len(shape) - 1))]
+    return tuple(product((tensor,), *rows, range(first, last + 1)))
 
 
 class L1Cache:
@@ -68,6 +68,19 @@ class L1Cache:
         cache = self.lines
         obs = self.observer
         missed = 0
+        if obs is None:
+            move, evict, capacity = cache.move_to_end, cache.popitem, self.capacity
+            for ln in lines:
+                if ln in cache:
+                    move(ln)
+                else:
+                    missed += 1
+                    cache[ln] = owner
+                    if len(cache) > capacity:
+                        evict(False)
+            self.hits += len(lines) - missed
+            self.misses += missed
+            return missed
         for ln in lines:
             if ln in cache:
                 cache.move_to_end(ln)

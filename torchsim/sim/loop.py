@@ -66,7 +66,7 @@ def event_loop(eng: Any) -> int:
         if is_dirty[s]:
             return
         spf = sm.sp_free
-        lb = spf[sp0] if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+        lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
         u = sm.ulist[uid]
         assert u is not None
         if not u.queued and u.free_at > lb:
@@ -121,7 +121,7 @@ def event_loop(eng: Any) -> int:
                     if is_dirty[s]:
                         continue
                     spf = sm.sp_free
-                    lb = spf[sp0] if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+                    lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
                     u = sm.ulist[uid]
                     if not u.queued and u.free_at > lb:
                         lb = u.free_at
@@ -219,6 +219,7 @@ def event_loop(eng: Any) -> int:
             for s in batch:
                 sm = sms[s]
                 spf = sm.sp_free
+                spmax = sm.spmax
                 ulist = sm.ulist
                 last = lasts[s]
                 queues = sm.queues
@@ -226,26 +227,37 @@ def event_loop(eng: Any) -> int:
                     q = queues[sp]
                     if not q or spf[sp] > t:
                         continue
-                    # the policy's first choice among the entries whose subpartitions and unit are free:
-                    # smallest (flag, age, node), flag = not the last-issued group (GTO), at or before it (RR)
-                    best = None
-                    bk = False
-                    for e in q:
-                        m = e[3]
-                        if m is not None and (max(spf) if m is full else max(map(spf.__getitem__, m))) > t:
+                    if len(q) == 1:  # one entry: it issues if its subpartitions and unit are free
+                        best = q[0]
+                        m = best[3]
+                        if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
                             continue
-                        u = ulist[e[4]]
-                        if not u.queued and u.free_at > t:
+                        unit = ulist[best[4]]
+                        if not unit.queued and unit.free_at > t:
                             continue
-                        key = e[0] != last[sp] if gto else e[0] <= last[sp] if rr else False
-                        if best is None or key < bk or key == bk and e < best:
-                            best = e
-                            bk = key
-                            unit = u
-                    if best is None:
-                        continue
-                    q.remove(best)
+                        q.clear()
+                    else:
+                        # the policy's first choice among the entries whose subpartitions and unit are free:
+                        # smallest (flag, age, node), flag = not the last-issued group (GTO), at or before it (RR)
+                        best = None
+                        bk = False
+                        for e in q:
+                            m = e[3]
+                            if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
+                                continue
+                            u = ulist[e[4]]
+                            if not u.queued and u.free_at > t:
+                                continue
+                            key = e[0] != last[sp] if gto else e[0] <= last[sp] if rr else False
+                            if best is None or key < bk or key == bk and e < best:
+                                best = e
+                                bk = key
+                                unit = u
+                        if best is None:
+                            continue
+                        q.remove(best)
                     m = best[3]
+                    spmax = sm.spmax = t + 1
                     if m is None:
                         spf[sp] = t + 1
                     elif m is full:
@@ -321,15 +333,18 @@ def event_loop(eng: Any) -> int:
                         l2_end = l2srv.free_at = x + dur
                         l2srv.bytes += work
                         l2srv.busy_cycles += dur
+                        if l2_end > fe_end:  # max(fe_end, l2_end[, dram end]) without the slow builtin
+                            fe_end = l2_end
                         if kind == K_WRITE:
                             dram_serve(t, work)  # write-back traffic; the store completes at L2
-                            done = max(fe_end, l2_end) + l2_lat + extra
+                            done = fe_end + l2_lat + extra
                             ideal = l2_lat + extra + occ
                         elif hit:
-                            done = max(fe_end, l2_end) + l2_lat + extra
+                            done = fe_end + l2_lat + extra
                             ideal = l2_lat + extra + occ
                         else:
-                            done = max(fe_end, l2_end, dram_serve(t, work)) + dram_lat + extra
+                            x = dram_serve(t, work)
+                            done = (x if x > fe_end else fe_end) + dram_lat + extra
                             ideal = dram_lat + extra + occ
                         done = ceil(done)
                         start = done - t - ideal
@@ -372,7 +387,7 @@ def event_loop(eng: Any) -> int:
                         f = spf[sp]
                         for e in q:
                             m = e[3]
-                            lb = f if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
+                            lb = f if m is None else spmax if m is full else max(map(spf.__getitem__, m))
                             u = ulist[e[4]]
                             if not u.queued and u.free_at > lb:
                                 lb = u.free_at

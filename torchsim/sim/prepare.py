@@ -47,6 +47,7 @@ class Prepared:
     need: list[int]  # arrivals a barrier wait needs
     barrier_names: tuple[str, ...]
     mem_nodes: np.ndarray  # node indices with a global tile
+    mem_node_list: list[int]  # the same as a list
     mem_tensor: list[str]
     mem_const: np.ndarray  # [m, D]
     mem_coef: np.ndarray  # [m, D, P]
@@ -146,7 +147,7 @@ def prepare(cls: CtaClass, hw: GpuProfile) -> Prepared:
         indeg=indeg, data_succ=[tuple(x) for x in data_succ], order_succ=[tuple(x) for x in order_succ],
         sps=[group_sps[int(x)] for x in g.group], sp0=[group_sps[int(x)][0] for x in g.group],
         barrier=g.barrier.tolist(), need=need, barrier_names=tuple(b.name for b in g.barriers),
-        mem_nodes=np.array(mem_nodes, dtype=np.int64), mem_tensor=mem_tensor,
+        mem_nodes=np.array(mem_nodes, dtype=np.int64), mem_node_list=list(mem_nodes), mem_tensor=mem_tensor,
         mem_const=np.array(consts, dtype=np.int64).reshape(len(mem_nodes), dims),
         mem_coef=np.array(coefs, dtype=np.int64).reshape(len(mem_nodes), dims, P),
         ngroups=len(g.groups), threads=cls.threads, regs=cls.regs_per_thread * cls.threads, smem=cls.smem,

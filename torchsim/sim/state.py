@@ -43,19 +43,19 @@ class CtaState:
         self.smo = sm
         self.keys: dict[int, tuple[Any, ...]] = {}
         if prep.mem_nodes.size:
-            coords = prep.mem_const + prep.mem_coef @ params  # [m, D]
-            for idx, node, row in zip(range(len(prep.mem_tensor)), prep.mem_nodes.tolist(), coords.tolist()):
-                self.keys[node] = (prep.mem_tensor[idx], *row)
+            coords = (prep.mem_const + prep.mem_coef @ params).tolist()  # [m, D]
+            self.keys = {node: (tensor, *row) for node, tensor, row in zip(prep.mem_node_list, prep.mem_tensor, coords)}
 
 
 class SmState:
-    __slots__ = ("index", "units", "ulist", "sp_free", "queues", "wake", "threads", "regs", "smem", "ctas")
+    __slots__ = ("index", "units", "ulist", "sp_free", "spmax", "queues", "wake", "threads", "regs", "smem", "ctas")
 
     def __init__(self, index: int, units: dict[int, Pipeline], nsp: int) -> None:
         self.index = index
         self.units = units
         self.ulist: list[Pipeline | None] = [units.get(u) for u in range(max(Unit) + 1)]  # indexed by Unit
-        self.sp_free = [0] * nsp
+        self.sp_free = [0] * nsp  # cycle each subpartition can issue again
+        self.spmax = 0  # max(sp_free), kept by the inlined event loop (torchsim.sim.loop): last issue cycle + 1
         # ready entries per subpartition: (age, node, cta, multi, unit)
         self.queues: list[list[tuple[int, int, CtaState, Any, int]]] = [[] for _ in range(nsp)]
         self.wake: int | None = None
