@@ -38,7 +38,10 @@ def event_loop(eng: Any) -> int:
     retire = eng._retire
     memory = eng._memory
     memsys = eng.memsys
-    l2_access = eng.l2.access
+    l2 = eng.l2
+    l2lines = l2.lines
+    l2_touch = l2lines.move_to_end
+    l2_evict = l2lines.popitem
     l2srv = eng.l2srv
     dram_serve = eng.dram.serve
     l2_lat = getattr(eng, "l2_lat", 0)
@@ -76,20 +79,19 @@ def event_loop(eng: Any) -> int:
             dirty.append(s)
         elif sm.wake is None or lb < sm.wake:
             sm.wake = lb
-            bucket = wakes.get(lb)
-            if bucket is None:
+            if lb in wakes:
+                wakes[lb].append(s)
+            else:
                 wakes[lb] = [s]
                 push(times, lb)
-            else:
-                bucket.append(s)
 
     events = 0
     t = 0
     while times:
         t = pop(times)
         # -- completions and launches at t, in the order they were scheduled (including any scheduled meanwhile)
-        evs = due.get(t)
-        for kind, a, b in evs or ():
+        evs = due[t] if t in due else ()
+        for kind, a, b in evs:
             if kind != EV_DONE:
                 eng._launch(a, b, t)
                 continue
@@ -130,27 +132,26 @@ def event_loop(eng: Any) -> int:
                         dirty.append(s)
                     elif sm.wake is None or lb < sm.wake:
                         sm.wake = lb
-                        bucket = wakes.get(lb)
-                        if bucket is None:
+                        if lb in wakes:
+                            wakes[lb].append(s)
+                        else:
                             wakes[lb] = [s]
                             push(times, lb)
-                        else:
-                            bucket.append(s)
             a.remaining -= 1
             if a.remaining == 0:
                 retire(a, t)
-        if evs is not None:
+        if evs:
             del due[t]
         # -- SMs whose wake-up is due
-        wk = wakes.pop(t, None)
-        if wk is not None:
-            for s in wk:
+        if t in wakes:
+            for s in wakes[t]:
                 sm = sms[s]
                 if sm.wake == t:
                     sm.wake = None
                     if not is_dirty[s]:
                         is_dirty[s] = True
                         dirty.append(s)
+            del wakes[t]
         # -- issue rounds: synchronisation nodes first, then the marked SMs in index order, until quiet
         while dirty or instant:
             while instant:
@@ -184,8 +185,11 @@ def event_loop(eng: Any) -> int:
                             instant.append((cta, k))
                         else:
                             ready(cta, k, t)
-                if arrive >= 0:
-                    eng._arrive(cta, arrive, t)
+                if arrive >= 0:  # IssueMixin._arrive: no cluster barriers when `fast`
+                    if cta.bar_wait[arrive]:
+                        eng._arrive(cta, arrive, t)
+                    else:
+                        cta.bar[arrive] += 1
                 events += 1
                 for k in p.data_succ[j]:
                     n = pred[k] - 1
@@ -298,7 +302,10 @@ def event_loop(eng: Any) -> int:
                                 else:
                                     ready(cta, k, t)
                     if arrive >= 0:
-                        eng._arrive(cta, arrive, t)
+                        if cta.bar_wait[arrive]:
+                            eng._arrive(cta, arrive, t)
+                        else:
+                            cta.bar[arrive] += 1
                     if kind == K_PIPE:
                         start = unit.free_at
                         if t > start:
@@ -322,10 +329,21 @@ def event_loop(eng: Any) -> int:
                         pt = unit.partner
                         if pt is not None and pt.free_at < fe_end:
                             pt.free_at = fe_end
-                        key = cta.keys.get(j)
-                        if key is None:
-                            key = (cta.prep.name, j, cta.seq)
-                        hit = l2_access(key, work)
+                        keys = cta.keys
+                        key = keys[j] if j in keys else (cta.prep.name, j, cta.seq)
+                        if key in l2lines:  # LruCache.access
+                            l2_touch(key)
+                            l2.hits += 1
+                            l2.hit_bytes += work
+                            hit = True
+                        else:
+                            l2.misses += 1
+                            l2.miss_bytes += work
+                            l2lines[key] = work
+                            l2.used += work
+                            while l2.used > l2.capacity and l2lines:
+                                l2.used -= l2_evict(False)[1]
+                            hit = False
                         x = l2srv.free_at
                         if t > x:
                             x = t
@@ -371,12 +389,11 @@ def event_loop(eng: Any) -> int:
                     if done <= t:
                         complete(cta, j, t)
                     else:
-                        evl = due.get(done)
-                        if evl is None:
+                        if done in due:
+                            due[done].append((EV_DONE, cta, j))
+                        else:
                             due[done] = [(EV_DONE, cta, j)]
                             push(times, done)
-                        else:
-                            evl.append((EV_DONE, cta, j))
                 if is_dirty[s]:  # looked at again this cycle
                     continue
                 # the earliest cycle anything left could issue replaces any pending wake-up (IssueMixin._try_issue)
@@ -397,11 +414,10 @@ def event_loop(eng: Any) -> int:
                     sm.wake = None
                 elif nxt != sm.wake:
                     sm.wake = nxt
-                    bucket = wakes.get(nxt)
-                    if bucket is None:
+                    if nxt in wakes:
+                        wakes[nxt].append(s)
+                    else:
                         wakes[nxt] = [s]
                         push(times, nxt)
-                    else:
-                        bucket.append(s)
     eng.events += events
     return t
