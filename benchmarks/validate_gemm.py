@@ -13,22 +13,10 @@ import argparse
 import time
 from pathlib import Path
 
-from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates import gemm
 from torchsim.sim import simulate
-from torchsim.validation.published import grouped_mape, rows
-
-
-def dtype_of(text: str) -> DType | None:
-    t = text.lower()
-    if "fp4" in t:
-        return None
-    if "f8" in t or "fp8" in t or "e4m3" in t:
-        return DType.FP8_E4M3
-    if "fp16" in t and "bf16" not in t:
-        return DType.FP16
-    return DType.BF16
+from torchsim.validation.published import dtype_of, grouped_mape, rows
 
 
 def main() -> None:

@@ -14,20 +14,10 @@ import argparse
 import time
 from pathlib import Path
 
-from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.grouped_gemm import grouped_gemm, load_balance
 from torchsim.sim import simulate
-from torchsim.validation.published import grouped_mape, rows
-
-
-def dtype_of(text: str) -> DType:
-    t = text.lower()
-    if "f8" in t or "fp8" in t or "e4m3" in t:
-        return DType.FP8_E4M3
-    if "fp16" in t and "bf16" not in t:
-        return DType.FP16
-    return DType.BF16
+from torchsim.validation.published import dtype_of, grouped_mape, rows
 
 
 def layout_of(workload: str) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchsim.graph import DType
+
 HW_MAP = (  # (substring of the row's hardware, profile, note)
     ("H800", "h100-sxm", "H800 = H100 SXM for single-GPU kernels"),
     ("H100", "h100-sxm", ""),
@@ -73,6 +75,18 @@ def rows(category: str, path: Path | None = None) -> list[Row]:
             out.append(Row(r["id"], r["category"], r["hardware"], r["workload"], r["dtype"],
                            json.loads(r["params_json"] or "{}"), r["metric"], value, r["unit"], r["notes"]))
     return out
+
+
+def dtype_of(text: str) -> DType | None:
+    """The GEMM input dtype a row's dtype text names (None for formats torchsim does not model, e.g. fp4)."""
+    t = text.lower()
+    if "fp4" in t:
+        return None
+    if "f8" in t or "fp8" in t or "e4m3" in t:
+        return DType.FP8_E4M3
+    if "fp16" in t and "bf16" not in t:
+        return DType.FP16
+    return DType.BF16
 
 
 def mape(pairs: Iterable[tuple[float, float]]) -> float:
