@@ -56,7 +56,7 @@ class LaunchModel:
     def describe(self) -> str:
         return (f"launch {self.mode}: host {float(self.host_per_kernel) * 1e6:.1f} us/kernel "
                 f"({self.host_per_kernel.kind}), device gap {float(self.device_gap) * 1e6:.1f} us "
-                f"({self.device_gap.kind}: {self.device_gap.source}), per step "
+                f"({self.device_gap.kind}; {self.device_gap.source.removeprefix('assumed: ')}), per step "
                 f"{float(self.step_overhead) * 1e6:.1f} us")
 
     def place(self, sims: Sequence[KernelSim]) -> tuple[list[tuple[float, float]], float]:
