@@ -239,13 +239,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.events += 1
         succ = cta.prep.data_succ[j]
         if succ:
-            pred = cta.pred
-            for k in succ:
-                n = pred[k] - 1
-                pred[k] = n
-                if n == 0:
-                    cta.why[k] = W_DATA
-                    self._ready(cta, k, t)
+            self._release(cta, succ, W_DATA, t)
         cta.remaining -= 1
         if cta.remaining == 0:
             self._retire(cta, t)

@@ -115,6 +115,17 @@ class IssueMixin:
         self.is_dirty[idx] = True
         self.dirty.append(idx)
 
+    def _release(self, cta: CtaState, succ: tuple[int, ...], why: int, t: int) -> None:
+        """Release the edges from a node to `succ` (ORDER at issue, DATA at completion); a node whose last
+        edge this was becomes ready, remembering which kind of edge it waited on."""
+        pred = cta.pred
+        for k in succ:
+            n = pred[k] - 1
+            pred[k] = n
+            if n == 0:
+                cta.why[k] = why
+                self._ready(cta, k, t)
+
     def _arrive(self, cta: CtaState, b: int, t: int) -> None:
         """A BARRIER_ARRIVE of `cta` on barrier `b`: release the waits whose arrivals are now complete."""
         if self.cluster > 1 and b in self.cluster_bars[cta.cls]:
@@ -160,13 +171,7 @@ class IssueMixin:
             self.stalls[4] += t - rt
         cta.grp_last[g] = t
         if osucc:
-            pred = cta.pred
-            for k in osucc:
-                n = pred[k] - 1
-                pred[k] = n
-                if n == 0:
-                    cta.why[k] = W_ORDER
-                    self._ready(cta, k, t)
+            self._release(cta, osucc, W_ORDER, t)
         if arrive >= 0:
             self._arrive(cta, arrive, t)
         done = t
@@ -198,13 +203,7 @@ class IssueMixin:
             st[3 if unit.free_at > rt else 4] += t - rt
         gl[g] = t
         if osucc:  # release order edges at issue
-            pred = cta.pred
-            for k2 in osucc:
-                n = pred[k2] - 1
-                pred[k2] = n
-                if n == 0:
-                    cta.why[k2] = W_ORDER
-                    self._ready(cta, k2, t)
+            self._release(cta, osucc, W_ORDER, t)
         if arrive >= 0:
             self._arrive(cta, arrive, t)
         if kind == K_PIPE:
