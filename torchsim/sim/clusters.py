@@ -12,7 +12,7 @@ import numpy as np
 from torchsim.graph import Space
 from torchsim.sim.prepare import ISSUE_ONLY
 from torchsim.sim.resources import Pipeline
-from torchsim.sim.state import W_BARRIER, CtaState
+from torchsim.sim.state import EV_LAUNCH, W_BARRIER, CtaState
 
 
 class ClusterMixin:
@@ -61,7 +61,7 @@ class ClusterMixin:
                 sm.regs += p.regs
                 sm.smem += p.smem
                 self.cta_sm[self.next_cta] = sm_idx
-                self._push(t + self.launch_cycles, 2, sm_idx, self.next_cta)
+                self._push(t + self.launch_cycles, EV_LAUNCH, sm_idx, self.next_cta)
                 self.next_cta += 1
 
     def _cluster_arrive(self, cta: CtaState, b: int, t: int) -> None:

@@ -28,10 +28,8 @@ from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, curre
 from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, full_sps, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult
-from torchsim.sim.state import W_DATA, CtaState, SmState, gpu_units
+from torchsim.sim.state import EV_LAUNCH, EV_WAKE, W_DATA, CtaState, SmState, gpu_units
 from torchsim.sim.summary import STALLS, diagnose, summarize
-
-EV_DONE, EV_LAUNCH = 0, 2
 
 
 def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] | None = None,
@@ -113,11 +111,11 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         # the built-in orders are picked without sorting the queue; other `key`s sort it
         self.pick = {IssuePolicy.key: PICK_OLDEST, GreedyThenOldest.key: PICK_GTO,
                      RoundRobin.key: PICK_RR}.get(pol.key, PICK_SORT)
-        # a calendar: the cycles with something due (a heap; a cycle may appear twice), the node completions and
-        # CTA launches due at each cycle in the order they were scheduled, and the SMs to look at again then
+        # a calendar: the cycles with something due (a heap holding each cycle once), and what is due at each
+        # (node completions, SM wake-ups, CTA launches; torchsim.sim.state EV_*) in the order it was scheduled
         self.times: list[int] = []
-        self.due: dict[int, list[tuple[int, Any, Any]]] = {}
-        self.wakes: dict[int, list[int]] = {}
+        self.cal: dict[int, list[tuple[int, Any, Any]]] = {}
+        self.wake_ev = [(EV_WAKE, sm, sm.index) for sm in self.sms]  # one shared calendar entry per SM
         self.dirty: list[int] = []
         self.instant: deque[tuple[CtaState, int]] = deque()
         self.is_dirty = [False] * self.nsm
@@ -223,9 +221,9 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
 
     # -- events -----------------------------------------------------------------------------------------
     def _push(self, t: int, kind: int, a: Any, b: Any) -> None:
-        events = self.due.get(t)
+        events = self.cal.get(t)
         if events is None:
-            self.due[t] = [(kind, a, b)]
+            self.cal[t] = [(kind, a, b)]
             heapq.heappush(self.times, t)
         else:
             events.append((kind, a, b))

@@ -17,9 +17,8 @@ from torchsim.sim.policy import IssuePolicy
 from torchsim.sim.prepare import ISSUE_ONLY
 from torchsim.sim.resources import Pipeline
 from torchsim.sim.result import NodeRecord
-from torchsim.sim.state import W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
+from torchsim.sim.state import EV_DONE, W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
 
-EV_DONE = 0
 PICK_SORT, PICK_OLDEST, PICK_GTO, PICK_RR = 0, 1, 2, 3  # how _try_issue finds the policy's first choice
 INF = math.inf
 LDST = int(Unit.LDST)
@@ -32,7 +31,8 @@ class IssueMixin:
     policies: list[IssuePolicy]
     nsp: int
     times: list[int]
-    wakes: dict[int, list[int]]  # cycle -> SMs to look at again then (stale when the SM's `wake` moved)
+    cal: dict[int, list[tuple[int, Any, Any]]]  # cycle -> completions, wake-ups and launches due then
+    wake_ev: list[tuple[int, SmState, int]]  # per SM: its wake-up entry in `cal`
     dirty: list[int]
     is_dirty: list[bool]
     instant: deque[tuple[CtaState, int]]
@@ -70,12 +70,12 @@ class IssueMixin:
         """Look at `sm` again at cycle `w` (one pending wake per SM: the earliest)."""
         if sm.wake is None or w < sm.wake:
             sm.wake = w
-            b = self.wakes.get(w)
+            b = self.cal.get(w)
             if b is None:
-                self.wakes[w] = [sm.index]
+                self.cal[w] = [self.wake_ev[sm.index]]
                 heapq.heappush(self.times, w)
             else:
-                b.append(sm.index)
+                b.append(self.wake_ev[sm.index])
 
     def _ready(self, cta: CtaState, j: int, t: int) -> None:
         p = cta.prep
@@ -338,9 +338,9 @@ class IssueMixin:
             sm.wake = None
         elif nxt != sm.wake:
             w = sm.wake = int(nxt)
-            b = self.wakes.get(w)
+            b = self.cal.get(w)
             if b is None:
-                self.wakes[w] = [sm.index]
+                self.cal[w] = [self.wake_ev[sm.index]]
                 heapq.heappush(self.times, w)
             else:
-                b.append(sm.index)
+                b.append(self.wake_ev[sm.index])

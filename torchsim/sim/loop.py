@@ -1,5 +1,5 @@
-"""The engine's event loop: per cycle, the completions and launches due (in scheduling order), the SMs whose
-wake-up is due, then issue rounds (synchronisation nodes, then marked SMs in index order) until quiet.
+"""The engine's event loop: per cycle, the completions, SM wake-ups and launches due (in scheduling order), then
+issue rounds (synchronisation nodes, then marked SMs in index order) until quiet.
 
 Called by torchsim.sim.engine._Engine.run: the simulator's hot path. For the common configuration (a built-in
 non-throttling order, no clusters: `fast`) the loop inlines what the engine's methods `_ready`, `_try_issue`,
@@ -17,23 +17,22 @@ from typing import Any
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.memory import K_LDG, K_PIPE, K_WRITE
 from torchsim.sim.prepare import R_INSTANT, R_QUEUE, R_WAIT
-from torchsim.sim.state import W_DATA, W_ORDER, CtaState
+from torchsim.sim.state import EV_DONE, EV_WAKE, W_DATA, W_ORDER, CtaState
 
-EV_DONE = 0
 FAST = True  # tests set False to run every configuration through the engine's methods
 
 
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times = eng.times
-    due = eng.due
+    cal = eng.cal
+    wake_ev = eng.wake_ev
     pop = heapq.heappop
     push = heapq.heappush
     sms = eng.sms
     dirty = eng.dirty
     is_dirty = eng.is_dirty
     instant = eng.instant
-    wakes = eng.wakes
     stalls = eng.stalls
     record = eng.record
     ready = eng._ready
@@ -81,21 +80,30 @@ def event_loop(eng: Any) -> int:
             dirty.append(s)
         elif sm.wake is None or lb < sm.wake:
             sm.wake = lb
-            if lb in wakes:
-                wakes[lb].append(s)
+            if lb in cal:
+                cal[lb].append(wake_ev[s])
             else:
-                wakes[lb] = [s]
+                cal[lb] = [wake_ev[s]]
                 push(times, lb)
 
     events = 0
     t = 0
     while times:
         t = pop(times)
-        # -- completions and launches at t, in the order they were scheduled (including any scheduled meanwhile)
-        evs = due[t] if t in due else ()
+        # -- completions, wake-ups and launches at t, in the order they were scheduled (including any scheduled
+        # meanwhile). A wake-up only marks its SM, and a completion only looks at an unmarked SM's `wake` to move
+        # it earlier than t, so their order at one cycle does not matter.
+        evs = cal[t]
         for kind, a, b in evs:
             if kind != EV_DONE:
-                eng._launch(a, b, t)
+                if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
+                    if a.wake == t:
+                        a.wake = None
+                        if not is_dirty[b]:
+                            is_dirty[b] = True
+                            dirty.append(b)
+                else:
+                    eng._launch(a, b, t)
                 continue
             events += 1  # node b of CTA a completes: release its data edges
             p = a.prep
@@ -134,26 +142,15 @@ def event_loop(eng: Any) -> int:
                         dirty.append(s)
                     elif sm.wake is None or lb < sm.wake:
                         sm.wake = lb
-                        if lb in wakes:
-                            wakes[lb].append(s)
+                        if lb in cal:
+                            cal[lb].append(wake_ev[s])
                         else:
-                            wakes[lb] = [s]
+                            cal[lb] = [wake_ev[s]]
                             push(times, lb)
             a.remaining -= 1
             if a.remaining == 0:
                 retire(a, t)
-        if evs:
-            del due[t]
-        # -- SMs whose wake-up is due
-        if t in wakes:
-            for s in wakes[t]:
-                sm = sms[s]
-                if sm.wake == t:
-                    sm.wake = None
-                    if not is_dirty[s]:
-                        is_dirty[s] = True
-                        dirty.append(s)
-            del wakes[t]
+        del cal[t]
         # -- issue rounds: synchronisation nodes first, then the marked SMs in index order, until quiet
         while dirty or instant:
             while instant:
@@ -391,10 +388,10 @@ def event_loop(eng: Any) -> int:
                     if done <= t:
                         complete(cta, j, t)
                     else:
-                        if done in due:
-                            due[done].append((EV_DONE, cta, j))
+                        if done in cal:
+                            cal[done].append((EV_DONE, cta, j))
                         else:
-                            due[done] = [(EV_DONE, cta, j)]
+                            cal[done] = [(EV_DONE, cta, j)]
                             push(times, done)
                 if is_dirty[s]:  # looked at again this cycle
                     continue
@@ -416,10 +413,10 @@ def event_loop(eng: Any) -> int:
                     sm.wake = None
                 elif nxt != sm.wake:
                     sm.wake = nxt
-                    if nxt in wakes:
-                        wakes[nxt].append(s)
+                    if nxt in cal:
+                        cal[nxt].append(wake_ev[s])
                     else:
-                        wakes[nxt] = [s]
+                        cal[nxt] = [wake_ev[s]]
                         push(times, nxt)
     eng.events += events
     return t

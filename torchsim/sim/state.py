@@ -16,6 +16,9 @@ from torchsim.sim.resources import Pipeline
 
 W_DATA, W_ORDER, W_BARRIER, W_LAUNCH = 0, 1, 2, 3
 WAIT_NAMES = ("data", "order", "barrier", "launch")
+# what the engine's calendar holds at a cycle: (EV_DONE, cta, node) a node completes, (EV_WAKE, sm, sm index)
+# an SM is looked at again (stale when its `wake` moved since), (EV_LAUNCH, sm index, CTA index) a CTA launches
+EV_DONE, EV_WAKE, EV_LAUNCH = 0, 1, 2
 
 
 class CtaState:
