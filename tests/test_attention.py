@@ -107,6 +107,42 @@ def test_fa4_moves_part_of_exp_from_the_sfu_to_the_fma_pipe() -> None:
     assert split.unit_busy["fma"] > sfu_only.unit_busy["fma"]
 
 
+def _mma_work(kg) -> float:  # type: ignore[no-untyped-def]
+    g = kg.classes[0].graph
+    return sum(float(g.work[i]) for i in range(g.num_nodes) if g.op[i] == Op.MMA) * kg.num_ctas
+
+
+def test_m64_tcgen05_mmas_hold_the_sm100_datapath_as_long_as_m128() -> None:
+    """FA3's consumer warp groups issue 64-row MMAs: native for wgmma, half the datapath for tcgen05."""
+    shape = AttnShape(1, 2, 2, 128, 1408, 128)  # 1408 = 8 blocks of 176 keys: no padding along N or K
+    h100, b200 = get_profile("h100-sxm"), get_profile("b200")
+    assert _mma_work(attention(shape, h100)) == pytest.approx(shape.flops())
+    assert _mma_work(attention(shape, b200, variant=AttnVariant.FA3)) == pytest.approx(2 * shape.flops())
+    fa4 = AttnShape(1, 2, 2, 256, 1024, 128)
+    assert _mma_work(attention(fa4, b200)) == pytest.approx(fa4.flops())
+    # the knob is the profile's: a what-if B200 whose datapath fills at 64 rows runs FA3 faster
+    fast = replace(b200, tensor_datapath_rows=replace(b200.tensor_datapath_rows, value=64))
+    big = AttnShape(1, 16, 16, 2048, 2048, 128)
+    assert simulate(attention(big, fast, variant=AttnVariant.FA3), fast).time_s < \
+        simulate(attention(big, b200, variant=AttnVariant.FA3), b200).time_s
+
+
+def test_fa3_on_sm100_round_trips_s_p_and_o_through_tmem() -> None:
+    g = attention(AttnShape(1, 1, 1, 128, 1024, 128), get_profile("b200"), variant=AttnVariant.FA3).classes[0].graph
+    names = g.node_names
+    idx = {n: i for i, n in enumerate(names)}
+    preds: dict[int, set[int]] = {}
+    for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind):
+        if k == Edge.DATA:
+            preds.setdefault(d, set()).add(s)
+    assert idx["qk0[1]"] in preds[idx["tmem_ld_S0[1]"]]  # S lands in TMEM; softmax reads it from there
+    assert idx["tmem_st_P0[1]"] in preds[idx["pv0[1]"]]  # P V's A operand is P stored back to TMEM
+    assert idx["correct_O0[1]"] in preds[idx["pv0[1]"]]  # ... onto O rescaled in TMEM
+    assert idx["pv0[0]"] in preds[idx["correct_O0[1]"]]  # which waits for the previous P V
+    hopper = attention(AttnShape(1, 1, 1, 128, 1024, 128), get_profile("h100-sxm")).classes[0].graph
+    assert not any(hopper.unit[i] == Unit.TMEM for i in range(hopper.num_nodes))
+
+
 # -- physics -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("hw_name", GPUS)
 def test_no_attention_kernel_beats_its_roofline(hw_name: str) -> None:

@@ -53,6 +53,7 @@ class GpuProfile:
     tensor_latency_cycles: Quantity
     tensor_inflight_subops: Quantity  # sub-operations the pipe holds in flight (issue width)
     tensor_subop_flop: Quantity  # work of one tensor sub-operation (one MMA instruction's FLOPs)
+    tensor_datapath_rows: Quantity  # rows (M) an MMA needs to fill the tensor datapath; fewer take as long
     fma_flop_per_clk_per_sm: Quantity
     fma_latency_cycles: Quantity
     sfu_ops_per_clk_per_sm: Quantity
@@ -113,6 +114,9 @@ class GpuProfile:
             return float(self.tensor_tf32_flop_per_clk_per_sm.value)
         return float(self.tensor_bf16_flop_per_clk_per_sm.value)
 
+    def mma_datapath_flop(self, m: int, n: int, k: int) -> float:
+        return mma_datapath_flop(m, n, k, int(self.tensor_datapath_rows.value))
+
     def peak_tensor_flops_per_s(self, dtype: DType) -> float:
         return self.tensor_flop_per_clk_per_sm(dtype) * self.sms * self.clock_hz_value
 
@@ -135,6 +139,12 @@ class GpuProfile:
         """Hash of every number of the profile (for result metadata and memo keys)."""
         blob = json.dumps({k: [q.value, q.unit] for k, q in self.quantities().items()}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def mma_datapath_flop(m: int, n: int, k: int, rows: int) -> float:
+    """Work an m x n x k MMA holds the tensor datapath for: M padded up to the datapath's `rows` (an M=64
+    tcgen05 MMA takes as long as M=128), so the FLOP rate falls with short M."""
+    return 2.0 * (-(-m // rows) * rows) * n * k
 
 
 def sm_limits(device: str, combined: str | None = None) -> dict[str, Any]:
@@ -172,6 +182,7 @@ a100_sxm = GpuProfile(
                                   "assumed: mma.sync m16n8k16 dependent-issue latency order (~30 cycles)"),
     tensor_inflight_subops=assumed(16, "sub-ops", "assumed: enough in-flight MMAs per SM to cover the pipe latency"),
     tensor_subop_flop=derived(4096, "FLOP", fact(A100, "tensor.mma_instruction_shapes") + ": m16n8k16 = 2*16*8*16"),
+    tensor_datapath_rows=doc(16, "rows", fact(A100, "tensor.mma_instruction_shapes") + ": mma.sync M is always 16"),
     fma_flop_per_clk_per_sm=derived(128, "FLOP/clk/SM", fact(A100, "simt.fp32_flop_per_clk_per_sm")),
     fma_latency_cycles=assumed(4, "cycles", "assumed: FP32 FMA dependent-issue latency"),
     sfu_ops_per_clk_per_sm=derived(16, "ops/clk/SM", fact(A100, "simt.mufu_ex2_throughput")),
@@ -220,6 +231,7 @@ h100_sxm = replace(
     tensor_latency_cycles=assumed(64, "cycles", "assumed: wgmma m64nNk16 issue-to-accumulator latency order"),
     tensor_subop_flop=derived(2 * 64 * 256 * 16 / 4, "FLOP", fact(H100, "tensor.wgmma_shapes") +
                               ": m64n256k16 per warp of the warp group"),
+    tensor_datapath_rows=doc(64, "rows", fact(H100, "tensor.wgmma_shapes") + ": wgmma M is always 64"),
     fma_flop_per_clk_per_sm=derived(256, "FLOP/clk/SM", fact(H100, "simt.fp32_flop_per_clk_per_sm")),
     sfu_ops_per_clk_per_sm=derived(16, "ops/clk/SM", fact(H100, "simt.mufu_ex2_throughput")),
     ldst_bytes_per_clk_per_sm=measured(126, "B/clk/SM", fact(H100, "memory.l1_bandwidth_measured")),
@@ -275,6 +287,14 @@ b200 = replace(
     tensor_latency_cycles=assumed(128, "cycles", "assumed from " + fact(B200, "latency.op_latencies_microbench") +
                                   " (tcgen05 128x128x64 = 559 cycles including its own throughput time)"),
     tensor_subop_flop=derived(2 * 128 * 256 * 16, "FLOP", fact(B200, "tensor.tcgen05_mma") + ": M128 N256 K16"),
+    tensor_datapath_rows=derived(128, "rows", fact(B200, "tensor.tcgen05_mma") + " (cta_group::1, M=128) and " +
+                                 fact(B200, "memory.tmem_per_sm") + " (128 lanes): an M=128 MMA writes one "
+                                 "accumulator row per TMEM lane (datapath); an M=64 MMA uses only the low 16 of "
+                                 "each sub-partition's 32 lanes (PTX TMEM layout F, as read in tile-ai/tilelang "
+                                 "issue #2877 and JAX Mosaic GPU's 'support for 1CTA MMA with M=64': 'each MMA "
+                                 "instruction only accesses half the lanes'), so it holds the datapath as long "
+                                 "as M=128 for half the FLOPs (inference from the layout; no M=64 throughput "
+                                 "microbenchmark found)"),
     tma_latency_cycles=assumed(200, "cycles", "assumed from " + fact(B200, "latency.op_latencies_microbench") +
                                " (TMA overhead reported larger on B200)"),
     fma_flop_per_clk_per_sm=derived(256, "FLOP/clk/SM", fact(B200, "simt.fp32_flop_per_clk_per_sm")),

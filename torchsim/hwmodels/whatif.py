@@ -32,8 +32,8 @@ ALIASES = {"hbm_bandwidth": "dram_bytes_per_s", "hbm_bytes_per_s": "dram_bytes_p
            "clock": "clock_hz", "sms": "sm_count", "l2_bandwidth": "l2_bytes_per_s"}
 # fields that count things: whole numbers >= 1
 COUNTS = frozenset({"sm_count", "subpartitions_per_sm", "max_threads_per_sm", "max_ctas_per_sm", "registers_per_sm",
-                    "tensor_inflight_subops", "noc_grid_x", "noc_grid_y", "tensix_enabled", "compute_grid_x",
-                    "compute_grid_y"})
+                    "tensor_inflight_subops", "tensor_datapath_rows", "noc_grid_x", "noc_grid_y", "tensix_enabled",
+                    "compute_grid_x", "compute_grid_y"})
 # fields that must be > 0 besides the counts (a zero here divides or stalls the engine)
 POSITIVE = frozenset({"clock_hz", "dram_bytes_per_s", "dram_peak_bytes_per_s", "l2_bytes_per_s",
                       "tensor_bf16_flop_per_clk_per_sm", "smem_per_sm_bytes", "smem_per_cta_bytes",

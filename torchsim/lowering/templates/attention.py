@@ -24,6 +24,7 @@ from torchsim.lowering.templates.attention_config import (
     AttnShape,
     AttnVariant,
     check_variant,
+    datapath_rows,
     default_config,
     kv_blocks,
 )
@@ -44,7 +45,8 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
     classes = []
     for cr in group_ctas(rows, PARAMS, order=lambda key: -key[0]):
         n, masked = cr.key
-        graph = write_cta(cfg, shape, n, masked)
+        graph = write_cta(cfg, shape, n, masked, datapath_rows=datapath_rows(cfg.variant, hw),
+                          tmem_accumulators=hw.tmem_bytes_per_sm.value > 0)
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
     v = cfg.variant.value
@@ -128,7 +130,12 @@ def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     warp group issues TMA loads of Q and a `stages`-deep K/V ring; bm/64 consumer warp groups each own 64 Q
     rows. Intra-warp-group overlap: a consumer issues S_j = Q K_j^T, then O += P_(j-1) V_(j-1), and runs the
     softmax of S_j while that second wgmma executes. Ping-pong: a named barrier hands the tensor core from
-    one consumer's pair of wgmmas to the next, so one group's softmax hides under the other's GEMMs."""
+    one consumer's pair of wgmmas to the next, so one group's softmax hides under the other's GEMMs.
+
+    On sm100 (the GPU-Tile-Sim paper's FA3-on-Blackwell adaptation: Blackwell primitives, Hopper tiles) each
+    wgmma becomes an M=64 tcgen05 MMA whose result lands in TMEM, so the consumer loads S from TMEM before its
+    softmax, stores P back for the P V MMA (A operand from TMEM), and rescales O by a TMEM load and store once
+    the previous P V has accumulated; the MMA cannot read P or the rescaled O before those stores land."""
     b = w.b
     producer = b.group("producer", 0, 4, role="tma")
     cons = [b.group(f"consumer{c}", 4 + 4 * c, 4, role="wgmma+softmax") for c in range(cfg.consumers)]
@@ -163,7 +170,19 @@ def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
             if token >= 0:
                 b.order(token, first)  # warp_scheduler_barrier_sync: wait for the other group's GEMMs
             token = pv[c, i - 1] if i > 0 else first
-            if i < n:
+            if i < n and w.tmem_accumulators:
+                ld = w.tmem(cg, Op.TMEM_LOAD, 64, bn, 4.0, f"tmem_ld_S{c}[{i}]")
+                b.data(qk[c, i], ld)
+                sm = w.softmax(cg, 64, bn, f"{c}[{i}]", masked=i < masked)
+                link(b, ld, sm)
+                st = w.tmem(cg, Op.TMEM_STORE, 64, bn, 2.0, f"tmem_st_P{c}[{i}]")
+                link(b, sm, st)
+                soft[c, i] = [st]
+                if i > 0:  # O (FP32 in TMEM) rescaled by a load and a store after the previous P V accumulated
+                    corr = w.tmem(cg, Op.TMEM_STORE, 64, w.head_dim_v, 8.0, f"correct_O{c}[{i}]")
+                    link(b, [sm[0], pv[c, i - 1]], corr)
+                    soft[c, i].append(corr)
+            elif i < n:
                 soft[c, i] = w.softmax(cg, 64, bn, f"{c}[{i}]", masked=i < masked)
                 link(b, qk[c, i], soft[c, i])
                 if i > 0:
@@ -172,8 +191,13 @@ def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
         link(b, [qk[c, i - cfg.stages] for c in range(len(cons))], ks[i])
         link(b, [pv[c, i - cfg.stages] for c in range(len(cons))], vload[i])
     for c, cg in enumerate(cons):
+        last = pv[c, n - 1] if n else q
+        if w.tmem_accumulators:
+            ld_o = w.tmem(cg, Op.TMEM_LOAD, 64, w.head_dim_v, 4.0, f"tmem_ld_O{c}")
+            b.data(last, ld_o)
+            last = ld_o
         norm = w.normalize(cg, 64, f"normalize{c}")
-        link(b, [pv[c, n - 1] if n else q], norm)
+        link(b, last, norm)
         b.data(norm, w.store_o(cg, 64, aff(c, m=len(cons)), f"store_O{c}")[0])
 
 

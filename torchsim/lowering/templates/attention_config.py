@@ -194,6 +194,13 @@ def default_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None
     return AttnConfig(v, 256, 128, 3, exp_poly_fraction=0.25, rescale_fraction=0.125, regs_per_thread=128)
 
 
+def datapath_rows(variant: AttnVariant, hw: GpuProfile) -> int:
+    """MMA rows that fill `hw`'s tensor datapath for the variant's MMA instruction: FA2's mma.sync tiles are
+    multiples of its 16 rows everywhere; wgmma and tcgen05 use the profile's figure (an M=64 tcgen05 MMA holds
+    the sm100 datapath as long as M=128)."""
+    return 1 if variant is AttnVariant.FA2 else int(hw.tensor_datapath_rows.value)
+
+
 def kv_blocks(shape: AttnShape, bm: int, bn: int, m: int) -> tuple[int, int]:
     """(KV blocks query block `m` visits, how many of them need masking) for tiles of bm x bn."""
     total = math.ceil(shape.seq_kv / bn)

@@ -14,6 +14,7 @@ import numpy as np
 
 from torchsim.graph import DType, GraphBuilder, Op, Space, TileDesc, Unit, aff
 from torchsim.graph.tile import Affine
+from torchsim.hwmodels.gpu import mma_datapath_flop
 from torchsim.lowering.templates.attention_config import (
     FLOP_PER_LANE_OP,
     MASK_LANE_OPS,
@@ -37,6 +38,8 @@ class AttnWriter:
     split: str = ""  # CTA parameter of the K/V split: O goes to FP32 partials plus a log-sum-exp per row
     kv_gather: bool = False  # paged K/V with pages smaller than a tile: cp.async gathers instead of TMA
     pages: int = 0  # paged K/V: block-table entries the CTA reads first (0: contiguous K/V)
+    datapath_rows: int = 1  # MMA rows filling the tensor datapath: shorter MMAs take as long (attention_config)
+    tmem_accumulators: bool = False  # sm100: MMA results land in TMEM, not in the issuing warps' registers
     _table: int = -1
 
     # -- global tiles -------------------------------------------------------------------------------------
@@ -97,9 +100,10 @@ class AttnWriter:
 
     # -- compute ------------------------------------------------------------------------------------------
     def mma(self, group: int, m: int, n: int, k: int, name: str, smem_operand_bytes: float = 0.0) -> int:
-        """m x n x k MMA; `smem_operand_bytes` are the operands it reads from shared memory."""
-        return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * m * n * k, name=name,
-                           smem_bytes=smem_operand_bytes)
+        """m x n x k MMA; `smem_operand_bytes` are the operands it reads from shared memory. Its work is what it
+        holds the tensor datapath for: m padded up to `datapath_rows`."""
+        return self.b.node(group, Op.MMA, Unit.TENSOR, work=mma_datapath_flop(m, n, k, self.datapath_rows),
+                           name=name, smem_bytes=smem_operand_bytes)
 
     def qk(self, group: int, rows: int, cols: int, name: str, q_in_smem: bool = True) -> int:
         e = self.dtype.nbytes

@@ -28,6 +28,7 @@ from torchsim.lowering.templates.attention_config import (
     AttnShape,
     AttnVariant,
     check_variant,
+    datapath_rows,
     default_config,
 )
 from torchsim.lowering.templates.attention_parts import OUT_DTYPE, group_ctas
@@ -110,7 +111,8 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
                 for m in range(mblocks):
                     table.append(((n, masked), (b, hk, m, sp * per, sp)))
     opts = {"q_head": "hk", "kv_base": "n0", "split": "sp" if splits > 1 else "",
-            "kv_gather": 0 < page_size < cfg.bn, "pages": 0}
+            "kv_gather": 0 < page_size < cfg.bn, "pages": 0, "datapath_rows": datapath_rows(cfg.variant, hw),
+            "tmem_accumulators": hw.tmem_bytes_per_sm.value > 0}
     classes = []
     for cr in group_ctas(table, ("b", "hk", "m", "n0", "sp"), order=lambda key: -key[0]):
         n, masked = cr.key

@@ -77,7 +77,8 @@ def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType,
     name = f"gemm/{cfg.pipeline.value}/{cfg.bm}x{cfg.bn}x{cfg.bk}/{len(plan.kts)}tiles"
     b = GraphBuilder(name, dtype, program_order=cfg.order_edges)
     w = GemmWriter(b, cfg, dtype, out_dtype, epi, async_copy=cfg.pipeline is not Pipeline.SM80_MULTISTAGE,
-                   multicast_b=cfg.pipeline is not Pipeline.SM100_TCGEN05)
+                   multicast_b=cfg.pipeline is not Pipeline.SM100_TCGEN05,
+                   datapath_rows=1 if cfg.pipeline is Pipeline.SM80_MULTISTAGE else int(hw.tensor_datapath_rows.value))
     writers = {
         Pipeline.SM80_MULTISTAGE: _sm80, Pipeline.NAIVE_2STAGE: _naive, Pipeline.WS_COOPERATIVE: _cooperative,
         Pipeline.WS_3STAGE: _cooperative, Pipeline.WS_PINGPONG: _pingpong, Pipeline.SM100_TCGEN05: _sm100,

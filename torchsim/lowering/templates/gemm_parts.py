@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchsim.graph import DType, GraphBuilder, Op, Space, TileDesc, Unit, aff
+from torchsim.hwmodels.gpu import mma_datapath_flop
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig
 
 
@@ -21,6 +22,7 @@ class GemmWriter:
     epilogue: Epilogue
     async_copy: bool  # True: TMA (sm90/sm100); False: cp.async through LD/ST (sm80)
     multicast_b: bool = True  # b_split > 1 shares B by TMA multicast (sm90) rather than a CTA pair (sm100)
+    datapath_rows: int = 1  # MMA rows that fill the tensor datapath (profile's tensor_datapath_rows)
     slot_users: list[list[int]] = field(default_factory=list)  # per global stage: nodes freeing its slot
     stage_loads: list[list[int]] = field(default_factory=list)  # per global stage: the loads filling it
 
@@ -66,8 +68,8 @@ class GemmWriter:
         holds and reads only its share of B."""
         b_cols = cols if self.multicast_b else cols / self.cfg.b_split
         operands = (rows + b_cols) * self.cfg.bk * self.dtype.nbytes if smem_operands else 0.0
-        return self.b.node(group, Op.MMA, Unit.TENSOR, work=2.0 * rows * cols * self.cfg.bk, name=name,
-                           smem_bytes=operands)
+        work = mma_datapath_flop(rows, cols, self.cfg.bk, self.datapath_rows)
+        return self.b.node(group, Op.MMA, Unit.TENSOR, work=work, name=name, smem_bytes=operands)
 
     @property
     def promotes(self) -> bool:

@@ -55,7 +55,7 @@ def mla_split_kernel(shape: AttnShape, hw: GpuProfile, splits: int, page_size: i
         w = AttnWriter(GraphBuilder(f"flash_mla/{n}blocks", shape.dtype), shape.dtype, MLA_HEAD_DIM,
                        MLA_HEAD_DIM_V, tma=True, q_head="hk", kv_base="n0", split="sp" if splits > 1 else "",
                        pages=math.ceil(n * MLA_BLOCK / page_size) if page_size else 0,
-                       kv_gather=0 < page_size < MLA_BLOCK)
+                       kv_gather=0 < page_size < MLA_BLOCK, datapath_rows=int(hw.tensor_datapath_rows.value))
         classes.append(CtaClass(_write(w, n, shape.seq_kv % MLA_BLOCK != 0), cr.params, cr.names,
                                 threads=MLA_THREADS, regs_per_thread=MLA_REGS, smem_bytes=mla_smem(shape.dtype)))
     out_rows = shape.batch * rows
