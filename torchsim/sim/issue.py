@@ -17,7 +17,7 @@ from torchsim.sim.policy import IssuePolicy
 from torchsim.sim.prepare import ISSUE_ONLY
 from torchsim.sim.resources import Pipeline
 from torchsim.sim.result import NodeRecord
-from torchsim.sim.state import EV_DONE, W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
+from torchsim.sim.state import EV_DONE, NEVER, W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
 
 PICK_SORT, PICK_OLDEST, PICK_GTO, PICK_RR = 0, 1, 2, 3  # how _try_issue finds the policy's first choice
 INF = math.inf
@@ -68,7 +68,7 @@ class IssueMixin:
 
     def _wake(self, sm: SmState, w: int) -> None:
         """Look at `sm` again at cycle `w` (one pending wake per SM: the earliest)."""
-        if sm.wake is None or w < sm.wake:
+        if w < sm.wake:
             sm.wake = w
             b = self.cal.get(w)
             if b is None:
@@ -335,7 +335,7 @@ class IssueMixin:
                     if lb < nxt:
                         nxt = lb
         if nxt == INF:
-            sm.wake = None
+            sm.wake = NEVER
         elif nxt != sm.wake:
             w = sm.wake = int(nxt)
             b = self.cal.get(w)

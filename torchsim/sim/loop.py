@@ -17,7 +17,7 @@ from typing import Any
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.memory import K_LDG, K_PIPE, K_WRITE
 from torchsim.sim.prepare import R_INSTANT, R_QUEUE, R_WAIT
-from torchsim.sim.state import EV_DONE, EV_WAKE, W_DATA, W_ORDER, CtaState
+from torchsim.sim.state import EV_DONE, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState
 
 FAST = True  # tests set False to run every configuration through the engine's methods
 
@@ -78,7 +78,7 @@ def event_loop(eng: Any) -> int:
         if lb <= t:
             is_dirty[s] = True
             dirty.append(s)
-        elif sm.wake is None or lb < sm.wake:
+        elif lb < sm.wake:
             sm.wake = lb
             if lb in cal:
                 cal[lb].append(wake_ev[s])
@@ -98,7 +98,7 @@ def event_loop(eng: Any) -> int:
             if kind != EV_DONE:
                 if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
                     if a.wake == t:
-                        a.wake = None
+                        a.wake = NEVER
                         if not is_dirty[b]:
                             is_dirty[b] = True
                             dirty.append(b)
@@ -140,7 +140,7 @@ def event_loop(eng: Any) -> int:
                     if lb <= t:
                         is_dirty[s] = True
                         dirty.append(s)
-                    elif sm.wake is None or lb < sm.wake:
+                    elif lb < sm.wake:
                         sm.wake = lb
                         if lb in cal:
                             cal[lb].append(wake_ev[s])
@@ -287,14 +287,25 @@ def event_loop(eng: Any) -> int:
                     gl[g] = t
                     if osucc:  # release order edges at issue
                         pred = cta.pred
-                        rkind = cta.prep.rkind
+                        p = cta.prep
+                        rkind = p.rkind
                         for k in osucc:
                             n = pred[k] - 1
                             pred[k] = n
                             if n == 0:
                                 cta.why[k] = W_ORDER
                                 if rkind[k] == R_QUEUE:
-                                    enqueue(cta, k, t)
+                                    # joins a queue of this SM: the wake-up computed after the scan covers it,
+                                    # unless it could issue in this cycle (a subpartition still free)
+                                    cta.ready_t[k] = t
+                                    sp0, m, uid = p.qinfo[k]
+                                    queues[sp0].append((cta.base + p.group[k], k, cta, m, uid))
+                                    if m is not full and not is_dirty[s]:
+                                        lb = spf[sp0] if m is None else max(map(spf.__getitem__, m))
+                                        u = ulist[uid]
+                                        if lb <= t and (u.queued or u.free_at <= t):
+                                            is_dirty[s] = True
+                                            dirty.append(s)
                                 elif rkind[k] == R_INSTANT:
                                     cta.ready_t[k] = t
                                     instant.append((cta, k))
@@ -396,7 +407,7 @@ def event_loop(eng: Any) -> int:
                 if is_dirty[s]:  # looked at again this cycle
                     continue
                 # the earliest cycle anything left could issue replaces any pending wake-up (IssueMixin._try_issue)
-                nxt = None
+                nxt = NEVER
                 for sp in active:
                     q = queues[sp]
                     if q:
@@ -407,13 +418,13 @@ def event_loop(eng: Any) -> int:
                             u = ulist[e[4]]
                             if not u.queued and u.free_at > lb:
                                 lb = u.free_at
-                            if nxt is None or lb < nxt:
+                            if lb < nxt:
                                 nxt = lb
-                if nxt is None:
-                    sm.wake = None
-                elif nxt != sm.wake:
+                if nxt != sm.wake:
                     sm.wake = nxt
-                    if nxt in cal:
+                    if nxt == NEVER:  # nothing queued
+                        pass
+                    elif nxt in cal:
                         cal[nxt].append(wake_ev[s])
                     else:
                         cal[nxt] = [wake_ev[s]]

@@ -19,6 +19,7 @@ WAIT_NAMES = ("data", "order", "barrier", "launch")
 # what the engine's calendar holds at a cycle: (EV_DONE, cta, node) a node completes, (EV_WAKE, sm, sm index)
 # an SM is looked at again (stale when its `wake` moved since), (EV_LAUNCH, sm index, CTA index) a CTA launches
 EV_DONE, EV_WAKE, EV_LAUNCH = 0, 1, 2
+NEVER = 1 << 62  # an SM's `wake` when none is pending (a cycle no simulation reaches: one comparison tests both)
 
 
 class CtaState:
@@ -61,7 +62,7 @@ class SmState:
         self.spmax = 0  # max(sp_free), kept by the inlined event loop (torchsim.sim.loop): last issue cycle + 1
         # ready entries per subpartition: (age, node, cta, multi, unit)
         self.queues: list[list[tuple[int, int, CtaState, Any, int]]] = [[] for _ in range(nsp)]
-        self.wake: int | None = None
+        self.wake = NEVER  # cycle of its pending wake-up
         self.threads = self.regs = self.smem = self.ctas = 0
 
 
