@@ -106,6 +106,13 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         # cycle anything could issue instead of re-scanning the SM every cycle (same issue order, fewer events).
         self.lazy = not pol.throttles and self.cluster <= 1
         self.full = full_sps(self.nsp)
+        if all(m is self.full for p in self.preps for m in p.multi):
+            # Every node needs the whole SM (warp-group kernels): all subpartitions are always free together, so
+            # the SM issues like one with a single subpartition, 0, that each node needs alone (one comparison
+            # per test instead of a max over subpartitions; the same issue cycles).
+            for p in self.preps:
+                p.multi = [None] * p.n
+                p.qinfo = [(0, None, u) for _, _, u in p.qinfo]
         self.throttles = pol.throttles
         self.plain_issued = pol.issued is IssuePolicy.issued  # `issued` only records the last age per subpartition
         # the built-in orders are picked without sorting the queue; other `key`s sort it
