@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchsim.graph import DType
+from torchsim.graph import DType, Unit
 from torchsim.hwmodels import GPU_PROFILES, get_profile
 from torchsim.hwmodels.quantity import assumed
 from torchsim.lowering.templates import gemm
@@ -102,3 +102,15 @@ def test_flops_and_bytes_do_not_depend_on_tiles() -> None:
 def test_variant_needs_its_architecture() -> None:
     with pytest.raises(ValueError, match="ws-pingpong.*valid here: sm80-multistage"):
         default_config(256, 256, 256, DType.BF16, get_profile("a100-sxm"), pipeline=Pipeline.WS_PINGPONG)
+
+
+def test_64_row_tcgen05_mmas_hold_the_datapath_as_long_as_128_row_ones() -> None:
+    """On sm100 a 64-row MMA holds the 128-row datapath as long as a 128-row one (twice the datapath work per
+    FLOP); on sm90 64 rows is wgmma's native M."""
+    for name, pipe, padding in (("b200", Pipeline.SM100_TCGEN05, 2.0), ("h100-sxm", Pipeline.NAIVE_2STAGE, 1.0)):
+        hw = get_profile(name)
+        for bm, expect in ((64, padding), (128, 1.0)):
+            kg = gemm(4096, 4096, 1024, DType.BF16, hw, GemmConfig(bm, 256, 64, 4, pipe))
+            work = sum(c.count * sum(float(c.graph.work[i]) for i in range(c.graph.num_nodes)
+                                     if c.graph.unit[i] == Unit.TENSOR) for c in kg.classes)
+            assert work == pytest.approx(expect * kg.flops), (name, bm)
