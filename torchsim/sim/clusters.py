@@ -79,7 +79,10 @@ class ClusterMixin:
                     self.instant.append((c2, k))
                 else:
                     p = c2.prep
-                    c2.smo.queues[p.sp0[k]].append((c2.base + p.group[k], k, c2, p.multi[k], p.unit[k]))
+                    sm = c2.smo
+                    u = sm.ulist[p.unit[k]]
+                    assert u is not None
+                    sm.queues[p.sp0[k]].append((c2.base + p.group[k], k, c2, p.multi[k], u))
                     self._mark(c2.sm)
             else:
                 still.append((c2, k))

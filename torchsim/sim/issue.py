@@ -97,16 +97,15 @@ class IssueMixin:
         sm = cta.smo
         sp0 = p.sp0[j]
         m = p.multi[j]
-        uid = p.unit[j]
-        sm.queues[sp0].append((cta.base + p.group[j], j, cta, m, uid))
+        u = sm.ulist[p.unit[j]]
+        assert u is not None
+        sm.queues[sp0].append((cta.base + p.group[j], j, cta, m, u))
         idx = sm.index
         if self.is_dirty[idx]:
             return
         if self.lazy:  # cannot issue before its subpartitions and its unit are free: wake the SM then
             spf = sm.sp_free
             lb = spf[sp0] if m is None else max(spf) if m is self.full else max(map(spf.__getitem__, m))
-            u = sm.ulist[uid]
-            assert u is not None
             if not u.queued and u.free_at > lb:
                 lb = u.free_at
             if lb > t:
@@ -144,7 +143,10 @@ class IssueMixin:
                 if p.code[k] == ISSUE_ONLY:
                     self.instant.append((cta, k))
                 else:
-                    cta.smo.queues[p.sp0[k]].append((cta.base + p.group[k], k, cta, p.multi[k], p.unit[k]))
+                    sm = cta.smo
+                    u = sm.ulist[p.unit[k]]
+                    assert u is not None
+                    sm.queues[p.sp0[k]].append((cta.base + p.group[k], k, cta, p.multi[k], u))
                     if not self.is_dirty[cta.sm]:
                         self.is_dirty[cta.sm] = True
                         self.dirty.append(cta.sm)
@@ -246,7 +248,6 @@ class IssueMixin:
         """Issue at most one ready node per free subpartition at cycle `t`: the policy's first choice among the
         nodes whose subpartitions and unit are free (and, for a throttling policy, that it allows)."""
         spf = sm.sp_free
-        ulist = sm.ulist
         queues = sm.queues
         pol = self.policies[sm.index]
         pick = self.pick
@@ -265,7 +266,7 @@ class IssueMixin:
                 continue
             if pick == PICK_SORT and len(q) > 1:
                 q.sort(key=pol.key(sp))
-            best: tuple[int, int, CtaState, Any, int] | None = None
+            best: tuple[int, int, CtaState, Any, Pipeline] | None = None
             bk = held = False
             bm: tuple[int, ...] | None = None
             unit: Pipeline | None = None
@@ -280,8 +281,7 @@ class IssueMixin:
                         if busy < nxt:
                             nxt = busy
                         continue
-                u = ulist[e[4]]
-                assert u is not None
+                u = e[4]
                 if not u.queued and u.free_at > t:
                     if u.free_at < nxt:
                         nxt = u.free_at
@@ -328,8 +328,7 @@ class IssueMixin:
                 for e in q:
                     m = e[3]
                     lb = f if m is None else max(spf) if m is full else max(map(spf.__getitem__, m))
-                    u = ulist[e[4]]
-                    assert u is not None
+                    u = e[4]
                     if not u.queued and u.free_at > lb:
                         lb = u.free_at
                     if lb < nxt:

@@ -65,14 +65,14 @@ def event_loop(eng: Any) -> int:
         p = cta.prep
         sm = cta.smo
         sp0, m, uid = p.qinfo[k]
-        sm.queues[sp0].append((cta.base + p.group[k], k, cta, m, uid))
+        u = sm.ulist[uid]
+        assert u is not None
+        sm.queues[sp0].append((cta.base + p.group[k], k, cta, m, u))
         s = sm.index
         if is_dirty[s]:
             return
         spf = sm.sp_free
         lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
-        u = sm.ulist[uid]
-        assert u is not None
         if not u.queued and u.free_at > lb:
             lb = u.free_at
         if lb <= t:
@@ -128,13 +128,13 @@ def event_loop(eng: Any) -> int:
                     a.ready_t[k] = t
                     sm = a.smo
                     sp0, m, uid = p.qinfo[k]
-                    sm.queues[sp0].append((a.base + p.group[k], k, a, m, uid))
+                    u = sm.ulist[uid]
+                    sm.queues[sp0].append((a.base + p.group[k], k, a, m, u))
                     s = sm.index
                     if is_dirty[s]:
                         continue
                     spf = sm.sp_free
                     lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
-                    u = sm.ulist[uid]
                     if not u.queued and u.free_at > lb:
                         lb = u.free_at
                     if lb <= t:
@@ -235,7 +235,7 @@ def event_loop(eng: Any) -> int:
                         m = best[3]
                         if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
                             continue
-                        unit = ulist[best[4]]
+                        unit = best[4]
                         if not unit.queued and unit.free_at > t:
                             continue
                         q.clear()
@@ -248,7 +248,7 @@ def event_loop(eng: Any) -> int:
                             m = e[3]
                             if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
                                 continue
-                            u = ulist[e[4]]
+                            u = e[4]
                             if not u.queued and u.free_at > t:
                                 continue
                             key = e[0] != last[sp] if gto else e[0] <= last[sp] if rr else False
@@ -299,13 +299,13 @@ def event_loop(eng: Any) -> int:
                                     # unless it could issue in this cycle (a subpartition still free)
                                     cta.ready_t[k] = t
                                     sp0, m, uid = p.qinfo[k]
-                                    queues[sp0].append((cta.base + p.group[k], k, cta, m, uid))
-                                    if m is not full and not is_dirty[s]:
-                                        lb = spf[sp0] if m is None else max(map(spf.__getitem__, m))
-                                        u = ulist[uid]
-                                        if lb <= t and (u.queued or u.free_at <= t):
-                                            is_dirty[s] = True
-                                            dirty.append(s)
+                                    u = ulist[uid]
+                                    queues[sp0].append((cta.base + p.group[k], k, cta, m, u))
+                                    if ((spf[sp0] if m is None else spmax if m is full else
+                                         max(map(spf.__getitem__, m))) <= t and (u.queued or u.free_at <= t)
+                                            and not is_dirty[s]):
+                                        is_dirty[s] = True
+                                        dirty.append(s)
                                 elif rkind[k] == R_INSTANT:
                                     cta.ready_t[k] = t
                                     instant.append((cta, k))
@@ -415,7 +415,7 @@ def event_loop(eng: Any) -> int:
                         for e in q:
                             m = e[3]
                             lb = f if m is None else spmax if m is full else max(map(spf.__getitem__, m))
-                            u = ulist[e[4]]
+                            u = e[4]
                             if not u.queued and u.free_at > lb:
                                 lb = u.free_at
                             if lb < nxt:

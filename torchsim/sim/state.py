@@ -60,8 +60,8 @@ class SmState:
         self.ulist: list[Pipeline | None] = [units.get(u) for u in range(max(Unit) + 1)]  # indexed by Unit
         self.sp_free = [0] * nsp  # cycle each subpartition can issue again
         self.spmax = 0  # max(sp_free), kept by the inlined event loop (torchsim.sim.loop): last issue cycle + 1
-        # ready entries per subpartition: (age, node, cta, multi, unit)
-        self.queues: list[list[tuple[int, int, CtaState, Any, int]]] = [[] for _ in range(nsp)]
+        # ready entries per subpartition: (age, node, cta, multi, unit: this SM's Pipeline the node runs on)
+        self.queues: list[list[tuple[int, int, CtaState, Any, Pipeline]]] = [[] for _ in range(nsp)]
         self.wake = NEVER  # cycle of its pending wake-up
         self.threads = self.regs = self.smem = self.ctas = 0
 
