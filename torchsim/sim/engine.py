@@ -129,7 +129,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.pending = [(ci, r) for ci, c in enumerate(kernel.classes) for r in range(c.count)]
         self.next_cta = 0
         self.done_ctas = 0
-        self.events = 0
+        self.events = 0  # nodes completed: counted per CTA as it retires (see run for the ones left resident)
         self.stalls = [0.0] * len(STALLS)
         self.records: list[Any] = []
         self.cta_sm: list[int] = [-1] * len(self.pending)
@@ -217,6 +217,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         sm.regs -= p.regs
         sm.smem -= p.smem
         self.sm_end[cta.sm] = t
+        self.events += p.n
         del self.resident[cta.seq]
         self.policies[cta.sm].retired(cta.seq, t)
         self.done_ctas += 1
@@ -241,7 +242,6 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             self.dirty.append(sm)
 
     def _complete(self, cta: CtaState, j: int, t: int) -> None:
-        self.events += 1
         succ = cta.prep.data_succ[j]
         if succ:
             self._release(cta, succ, W_DATA, t)
@@ -261,6 +261,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
                 if self._dispatch(sm, 0):
                     progress = True
         t = event_loop(self)
+        self.events += sum(c.prep.n - c.remaining for c in self.resident.values())
         if self.done_ctas < len(self.pending):
             raise DeadlockError(diagnose(self, t))
         if self.memsys is None:  # write-back still queued at DRAM belongs to this kernel

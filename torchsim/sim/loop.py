@@ -86,7 +86,6 @@ def event_loop(eng: Any) -> int:
                 cal[lb] = [wake_ev[s]]
                 push(times, lb)
 
-    events = 0
     t = 0
     while times:
         t = pop(times)
@@ -105,48 +104,46 @@ def event_loop(eng: Any) -> int:
                 else:
                     eng._launch(a, b, t)
                 continue
-            events += 1  # node b of CTA a completes: release its data edges
+            # node b of CTA a completes: release its data edges
             p = a.prep
-            succ = p.data_succ[b]
-            if succ:
-                pred = a.pred
-                for k in succ:
-                    n = pred[k] - 1
-                    pred[k] = n
-                    if n:
-                        continue
-                    a.why[k] = W_DATA
-                    rk = p.rkind[k] if fast else R_WAIT
-                    if rk == R_INSTANT:
-                        a.ready_t[k] = t
-                        instant.append((a, k))
-                        continue
-                    if rk != R_QUEUE:
-                        ready(a, k, t)
-                        continue
-                    # -- enqueue(a, k, t), inlined
+            pred = a.pred
+            for k in p.data_succ[b]:
+                n = pred[k] - 1
+                pred[k] = n
+                if n:
+                    continue
+                a.why[k] = W_DATA
+                rk = p.rkind[k] if fast else R_WAIT
+                if rk == R_INSTANT:
                     a.ready_t[k] = t
-                    sm = a.smo
-                    sp0, m, uid = p.qinfo[k]
-                    u = sm.ulist[uid]
-                    sm.queues[sp0].append((a.base + p.group[k], k, a, m, u))
-                    s = sm.index
-                    if is_dirty[s]:
-                        continue
-                    spf = sm.sp_free
-                    lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
-                    if not u.queued and u.free_at > lb:
-                        lb = u.free_at
-                    if lb <= t:
-                        is_dirty[s] = True
-                        dirty.append(s)
-                    elif lb < sm.wake:
-                        sm.wake = lb
-                        if lb in cal:
-                            cal[lb].append(wake_ev[s])
-                        else:
-                            cal[lb] = [wake_ev[s]]
-                            push(times, lb)
+                    instant.append((a, k))
+                    continue
+                if rk != R_QUEUE:
+                    ready(a, k, t)
+                    continue
+                # -- enqueue(a, k, t), inlined
+                a.ready_t[k] = t
+                sm = a.smo
+                sp0, m, uid = p.qinfo[k]
+                u = sm.ulist[uid]
+                sm.queues[sp0].append((a.base + p.group[k], k, a, m, u))
+                s = sm.index
+                if is_dirty[s]:
+                    continue
+                spf = sm.sp_free
+                lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
+                if not u.queued and u.free_at > lb:
+                    lb = u.free_at
+                if lb <= t:
+                    is_dirty[s] = True
+                    dirty.append(s)
+                elif lb < sm.wake:
+                    sm.wake = lb
+                    if lb in cal:
+                        cal[lb].append(wake_ev[s])
+                    else:
+                        cal[lb] = [wake_ev[s]]
+                        push(times, lb)
             a.remaining -= 1
             if a.remaining == 0:
                 retire(a, t)
@@ -189,7 +186,6 @@ def event_loop(eng: Any) -> int:
                         eng._arrive(cta, arrive, t)
                     else:
                         cta.bar[arrive] += 1
-                events += 1
                 for k in p.data_succ[j]:
                     n = pred[k] - 1
                     pred[k] = n
@@ -244,6 +240,7 @@ def event_loop(eng: Any) -> int:
                         # smallest (flag, age, node), flag = not the last-issued group (GTO), at or before it (RR)
                         best = None
                         bk = False
+                        lsp = last[sp]
                         for e in q:
                             m = e[3]
                             if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
@@ -251,7 +248,7 @@ def event_loop(eng: Any) -> int:
                             u = e[4]
                             if not u.queued and u.free_at > t:
                                 continue
-                            key = e[0] != last[sp] if gto else e[0] <= last[sp] if rr else False
+                            key = e[0] != lsp if gto else e[0] <= lsp if rr else False
                             if best is None or key < bk or key == bk and e < best:
                                 best = e
                                 bk = key
@@ -429,5 +426,4 @@ def event_loop(eng: Any) -> int:
                     else:
                         cal[nxt] = [wake_ev[s]]
                         push(times, nxt)
-    eng.events += events
     return t
