@@ -25,7 +25,7 @@ from torchsim.sim.loop import event_loop
 from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, current_default, get_policy
-from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, Prepared, full_sps, prepare
+from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, R_QUEUE, Prepared, full_sps, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult
 from torchsim.sim.state import EV_LAUNCH, EV_WAKE, W_DATA, CtaState, SmState, gpu_units
@@ -140,7 +140,8 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
     def _node_table(self, ci: int, p: Prepared) -> list[tuple[Any, ...]]:
         """How each node of class `ci` is served: (kind, group, occupancy of its work on its unit, work, bytes
         through the shared-memory port, their port occupancy, order successors, barrier it arrives at, TMA
-        latency). Every SM has the same units, so SM 0's stand for all."""
+        latency, data successors when every one of them joins a queue on becoming ready (else None: see
+        torchsim.sim.loop on releasing those at issue)). Every SM has the same units, so SM 0's stand for all."""
         units = self.sms[0].units
         port = units.get(Unit.LDST)
         dsmem = self.dsmem[ci] if self.noc is not None else {}
@@ -158,9 +159,11 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             else:
                 kind = K_PIPE
             sio = p.smem_io[j]
+            dsucc = p.data_succ[j]
+            queued = dsucc if dsucc and all(p.rkind[k] == R_QUEUE for k in dsucc) else None
             table.append((kind, p.group[j], unit.occupancy(p.work[j]) if unit is not None else 0, p.work[j], sio,
                           port.occupancy(sio) if sio and port is not None else 0, p.order_succ[j], p.arrive[j],
-                          self.tma_lat if p.unit[j] == Unit.TMA else 0))
+                          self.tma_lat if p.unit[j] == Unit.TMA else 0, queued))
         return table
 
     # -- occupancy and CTA dispatch ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from torchsim.sim.policy import IssuePolicy
 from torchsim.sim.prepare import ISSUE_ONLY
 from torchsim.sim.resources import Pipeline
 from torchsim.sim.result import NodeRecord
-from torchsim.sim.state import EV_DONE, NEVER, W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
+from torchsim.sim.state import EV_DONE, EV_READY, NEVER, W_BARRIER, W_ORDER, WAIT_NAMES, CtaState, SmState
 
 PICK_SORT, PICK_OLDEST, PICK_GTO, PICK_RR = 0, 1, 2, 3  # how _try_issue finds the policy's first choice
 INF = math.inf
@@ -116,12 +116,16 @@ class IssueMixin:
 
     def _release(self, cta: CtaState, succ: tuple[int, ...], why: int, t: int) -> None:
         """Release the edges from a node to `succ` (ORDER at issue, DATA at completion); a node whose last
-        edge this was becomes ready, remembering which kind of edge it waited on."""
+        edge this was becomes ready, remembering which kind of edge it waited on (or, when data released at a
+        predecessor's issue arrives later, becomes ready then: torchsim.sim.loop)."""
         pred = cta.pred
         for k in succ:
             n = pred[k] - 1
             pred[k] = n
             if n == 0:
+                if cta.data_at[k] > t:
+                    self._push(cta.data_at[k], EV_READY, cta, k)
+                    continue
                 cta.why[k] = why
                 self._ready(cta, k, t)
 
@@ -163,7 +167,7 @@ class IssueMixin:
 
     def _issue_sync(self, cta: CtaState, j: int, t: int) -> None:
         """Issue synchronisation node `j` of `cta` (no unit: it retires in the cycle it becomes ready)."""
-        kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
+        kind, g, occ, work, sio, sio_occ, osucc, arrive, extra, _ = cta.info[j]
         rt = cta.ready_t[j]
         dep = rt - cta.grp_last[g]
         if dep > 0:
@@ -193,7 +197,7 @@ class IssueMixin:
     def _issue(self, sm: SmState, unit: Pipeline, cta: CtaState, j: int, t: int) -> None:
         """Issue node `j` of `cta` on `unit` at cycle `t`: stall accounting, ORDER edges, barrier arrivals, service."""
         st = self.stalls
-        kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
+        kind, g, occ, work, sio, sio_occ, osucc, arrive, extra, _ = cta.info[j]
         # waiting before issue: dependency wait since the group's previous issue, then issue wait
         rt = cta.ready_t[j]
         gl = cta.grp_last

@@ -4,8 +4,10 @@ issue rounds (synchronisation nodes, then marked SMs in index order) until quiet
 Called by torchsim.sim.engine._Engine.run: the simulator's hot path. For the common configuration (a built-in
 non-throttling order, no clusters: `fast`) the loop inlines what the engine's methods `_ready`, `_try_issue`,
 `_issue`, `_issue_sync` and `_memory` do, with every piece of state in a local variable (factoring the copies
-back into closures costs 5-8% on GEMM and attention runs); other configurations call those methods. Both forms
-give the same results: tests run every golden case (tests/data/engine_golden.json) through each.
+back into closures costs 5-8% on GEMM and attention runs); other configurations call those methods. The inlined
+form also releases the data edges of a node whose data successors all join queues when it issues, effective at
+its completion, instead of scheduling a completion event (most nodes of attention kernels). Both forms give the
+same results: tests run every golden case (tests/data/engine_golden.json) through each.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.memory import K_LDG, K_PIPE, K_WRITE
 from torchsim.sim.prepare import R_INSTANT, R_QUEUE, R_WAIT
-from torchsim.sim.state import EV_DONE, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState
+from torchsim.sim.state import EV_DONE, EV_READY, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState
 
 FAST = True  # tests set False to run every configuration through the engine's methods
 
@@ -60,7 +62,16 @@ def event_loop(eng: Any) -> int:
     active = sorted({sp0 for p in eng.preps for sp0 in p.sp0})
 
     def enqueue(cta: CtaState, k: int, t: int) -> None:
-        """`_ready` for a node without a barrier wait that needs a unit (fast configuration)."""
+        """`_ready` for a node without a barrier wait that needs a unit (fast configuration), all of whose edges
+        are now released."""
+        x = cta.data_at[k]
+        if x > t:  # data released at a predecessor's issue arrives later: ready then
+            if x in cal:
+                cal[x].append((EV_READY, cta, k))
+            else:
+                cal[x] = [(EV_READY, cta, k)]
+                push(times, x)
+            return
         cta.ready_t[k] = t
         p = cta.prep
         sm = cta.smo
@@ -89,44 +100,26 @@ def event_loop(eng: Any) -> int:
     t = 0
     while times:
         t = pop(times)
-        # -- completions, wake-ups and launches at t, in the order they were scheduled (including any scheduled
-        # meanwhile). A wake-up only marks its SM, and a completion only looks at an unmarked SM's `wake` to move
-        # it earlier than t, so their order at one cycle does not matter.
+        # -- completions, readiness, wake-ups and launches at t, in the order they were scheduled (including any
+        # scheduled meanwhile). A wake-up only marks its SM, a node joining a queue only marks its SM or moves an
+        # unmarked SM's `wake` earlier, and the pick among queued nodes does not depend on their queue order,
+        # so the order of these at one cycle does not matter.
         evs = cal[t]
         for kind, a, b in evs:
-            if kind != EV_DONE:
-                if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
-                    if a.wake == t:
-                        a.wake = NEVER
-                        if not is_dirty[b]:
-                            is_dirty[b] = True
-                            dirty.append(b)
-                else:
-                    eng._launch(a, b, t)
-                continue
-            # node b of CTA a completes: release its data edges
-            p = a.prep
-            pred = a.pred
-            for k in p.data_succ[b]:
-                n = pred[k] - 1
-                pred[k] = n
-                if n:
-                    continue
-                a.why[k] = W_DATA
-                rk = p.rkind[k] if fast else R_WAIT
-                if rk == R_INSTANT:
-                    a.ready_t[k] = t
-                    instant.append((a, k))
-                    continue
-                if rk != R_QUEUE:
-                    ready(a, k, t)
-                    continue
-                # -- enqueue(a, k, t), inlined
-                a.ready_t[k] = t
+            if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
+                if a.wake == t:
+                    a.wake = NEVER
+                    if not is_dirty[b]:
+                        is_dirty[b] = True
+                        dirty.append(b)
+            elif kind == EV_READY:  # the last data of node b of CTA a arrives: enqueue(a, b, t), inlined
+                a.why[b] = W_DATA
+                a.ready_t[b] = t
+                p = a.prep
                 sm = a.smo
-                sp0, m, uid = p.qinfo[k]
+                sp0, m, uid = p.qinfo[b]
                 u = sm.ulist[uid]
-                sm.queues[sp0].append((a.base + p.group[k], k, a, m, u))
+                sm.queues[sp0].append((a.base + p.group[b], b, a, m, u))
                 s = sm.index
                 if is_dirty[s]:
                     continue
@@ -144,15 +137,34 @@ def event_loop(eng: Any) -> int:
                     else:
                         cal[lb] = [wake_ev[s]]
                         push(times, lb)
-            a.remaining -= 1
-            if a.remaining == 0:
-                retire(a, t)
+            elif kind == EV_DONE:  # node b of CTA a completes: release its data edges
+                p = a.prep
+                pred = a.pred
+                for k in p.data_succ[b]:
+                    n = pred[k] - 1
+                    pred[k] = n
+                    if n:
+                        continue
+                    a.why[k] = W_DATA
+                    rk = p.rkind[k] if fast else R_WAIT
+                    if rk == R_QUEUE:
+                        enqueue(a, k, t)
+                    elif rk == R_INSTANT:
+                        a.ready_t[k] = t
+                        instant.append((a, k))
+                    else:
+                        ready(a, k, t)
+                a.remaining -= 1
+                if a.remaining == 0:
+                    retire(a, t)
+            else:
+                eng._launch(a, b, t)
         del cal[t]
         # -- issue rounds: synchronisation nodes first, then the marked SMs in index order, until quiet
         while dirty or instant:
             while instant:
                 cta, j = instant.popleft()
-                kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
+                kind, g, occ, work, sio, sio_occ, osucc, arrive, extra, dq = cta.info[j]
                 if not fast or sio_occ or record:
                     eng._issue_sync(cta, j, t)
                     continue
@@ -272,7 +284,7 @@ def event_loop(eng: Any) -> int:
                     # -- issue node j of cta on unit (IssueMixin._issue)
                     cta = best[2]
                     j = best[1]
-                    kind, g, occ, work, sio, sio_occ, osucc, arrive, extra = cta.info[j]
+                    kind, g, occ, work, sio, sio_occ, osucc, arrive, extra, dq = cta.info[j]
                     rt = cta.ready_t[j]
                     gl = cta.grp_last
                     dep = rt - gl[g]
@@ -292,6 +304,14 @@ def event_loop(eng: Any) -> int:
                             if n == 0:
                                 cta.why[k] = W_ORDER
                                 if rkind[k] == R_QUEUE:
+                                    x = cta.data_at[k]
+                                    if x > t:  # data released at a predecessor's issue arrives later
+                                        if x in cal:
+                                            cal[x].append((EV_READY, cta, k))
+                                        else:
+                                            cal[x] = [(EV_READY, cta, k)]
+                                            push(times, x)
+                                        continue
                                     # joins a queue of this SM: the wake-up computed after the scan covers it,
                                     # unless it could issue in this cycle (a subpartition still free)
                                     cta.ready_t[k] = t
@@ -395,12 +415,33 @@ def event_loop(eng: Any) -> int:
                         eng._record(cta, j, rt, t, start, done, dep)
                     if done <= t:
                         complete(cta, j, t)
-                    else:
+                    elif dq is None:
                         if done in cal:
                             cal[done].append((EV_DONE, cta, j))
                         else:
                             cal[done] = [(EV_DONE, cta, j)]
                             push(times, done)
+                    else:
+                        # Every data successor joins a queue when ready, so its data edges are released now,
+                        # taking effect at `done`: a successor whose last edge this is becomes ready at the
+                        # latest such cycle (EV_READY; the same cycle and wait reason as releasing them at
+                        # completion). The node itself needs no completion event: the last node of a CTA to
+                        # complete has no data successors, so counting this one now retires the CTA on time.
+                        cta.remaining -= 1
+                        pred = cta.pred
+                        data_at = cta.data_at
+                        for k in dq:
+                            if done > data_at[k]:
+                                data_at[k] = done
+                            n = pred[k] - 1
+                            pred[k] = n
+                            if n == 0:
+                                x = data_at[k]
+                                if x in cal:
+                                    cal[x].append((EV_READY, cta, k))
+                                else:
+                                    cal[x] = [(EV_READY, cta, k)]
+                                    push(times, x)
                 if is_dirty[s]:  # looked at again this cycle
                     continue
                 # the earliest cycle anything left could issue replaces any pending wake-up (IssueMixin._try_issue)

@@ -17,8 +17,9 @@ from torchsim.sim.resources import Pipeline
 W_DATA, W_ORDER, W_BARRIER, W_LAUNCH = 0, 1, 2, 3
 WAIT_NAMES = ("data", "order", "barrier", "launch")
 # what the engine's calendar holds at a cycle: (EV_DONE, cta, node) a node completes, (EV_WAKE, sm, sm index)
-# an SM is looked at again (stale when its `wake` moved since), (EV_LAUNCH, sm index, CTA index) a CTA launches
-EV_DONE, EV_WAKE, EV_LAUNCH = 0, 1, 2
+# an SM is looked at again (stale when its `wake` moved since), (EV_LAUNCH, sm index, CTA index) a CTA launches,
+# (EV_READY, cta, node) a node whose edges were all released becomes ready as its last data arrives
+EV_DONE, EV_WAKE, EV_LAUNCH, EV_READY = 0, 1, 2, 3
 NEVER = 1 << 62  # an SM's `wake` when none is pending (a cycle no simulation reaches: one comparison tests both)
 
 
@@ -26,7 +27,7 @@ class CtaState:
     """A resident CTA: per-node counters for its template (freed when it retires)."""
 
     __slots__ = ("seq", "base", "prep", "info", "cls", "params", "pred", "remaining", "bar", "bar_wait", "keys",
-                 "ready_t", "why", "grp_last", "sm", "smo")
+                 "ready_t", "why", "grp_last", "sm", "smo", "data_at")
 
     def __init__(self, seq: int, prep: Prepared, cls: int, params: np.ndarray, sm: SmState, t: int,
                  info: list[Any]) -> None:
@@ -36,8 +37,11 @@ class CtaState:
         self.prep = prep
         self.cls = cls
         self.params = params
-        self.pred = list(prep.indeg)
-        self.remaining = prep.n
+        self.pred = list(prep.indeg)  # edges not yet released, per node
+        # per node: the cycle its last data arrives from predecessors whose data edges were released at their
+        # issue (the inlined loop does so when every data successor of a node joins a queue; 0: none)
+        self.data_at = [0] * prep.n
+        self.remaining = prep.n  # nodes not yet completed (the inlined loop counts such a node at its issue)
         self.bar = [0] * len(prep.barrier_names)
         self.bar_wait: list[list[int]] = [[] for _ in prep.barrier_names]
         self.ready_t = [t] * prep.n
