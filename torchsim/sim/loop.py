@@ -213,10 +213,10 @@ def event_loop(eng: Any) -> int:
                 cta.remaining -= 1
                 if cta.remaining == 0:
                     retire(cta, t)
-            if len(dirty) == 1:
-                batch = dirty[:]
-                dirty.clear()
-                is_dirty[batch[0]] = False
+            if len(dirty) == 1:  # the common case: one SM
+                s = dirty.pop()
+                is_dirty[s] = False
+                batch = (s,)
             else:
                 dirty.sort()
                 batch = dirty[:]

@@ -50,9 +50,9 @@ class CtaState:
         self.sm = sm.index
         self.smo = sm
         self.keys: dict[int, tuple[Any, ...]] = {}
-        if prep.mem_nodes.size:
-            coords = (prep.mem_const + prep.mem_coef @ params).tolist()  # [m, D]
-            self.keys = {node: (tensor, *row) for node, tensor, row in zip(prep.mem_node_list, prep.mem_tensor, coords)}
+        if prep.mem_nodes.size:  # node -> (tensor, coordinate per dim), the tuples built by zip (once per CTA)
+            dims = (prep.mem_const + prep.mem_coef @ params).T.tolist()  # [D, m]
+            self.keys = dict(zip(prep.mem_node_list, zip(prep.mem_tensor, *dims)))
 
 
 class SmState:
