@@ -109,7 +109,8 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         if all(m is self.full for p in self.preps for m in p.multi):
             # Every node needs the whole SM (warp-group kernels): all subpartitions are always free together, so
             # the SM issues like one with a single subpartition, 0, that each node needs alone (one comparison
-            # per test instead of a max over subpartitions; the same issue cycles).
+            # per test instead of a max over subpartitions; the same issue cycles). The prepared classes are
+            # this run's own.
             for p in self.preps:
                 p.multi = [None] * p.n
                 p.qinfo = [(0, None, u) for _, _, u in p.qinfo]
@@ -119,7 +120,8 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.pick = {IssuePolicy.key: PICK_OLDEST, GreedyThenOldest.key: PICK_GTO,
                      RoundRobin.key: PICK_RR}.get(pol.key, PICK_SORT)
         # a calendar: the cycles with something due (a heap holding each cycle once), and what is due at each
-        # (node completions, SM wake-ups, CTA launches; torchsim.sim.state EV_*) in the order it was scheduled
+        # (node completions and readiness, SM wake-ups, CTA launches; torchsim.sim.state EV_*) in the order it
+        # was scheduled
         self.times: list[int] = []
         self.cal: dict[int, list[tuple[int, Any, Any]]] = {}
         self.wake_ev = [(EV_WAKE, sm, sm.index) for sm in self.sms]  # one shared calendar entry per SM

@@ -31,7 +31,7 @@ class IssueMixin:
     policies: list[IssuePolicy]
     nsp: int
     times: list[int]
-    cal: dict[int, list[tuple[int, Any, Any]]]  # cycle -> completions, wake-ups and launches due then
+    cal: dict[int, list[tuple[int, Any, Any]]]  # cycle -> completions, readiness, wake-ups, launches due then
     wake_ev: list[tuple[int, SmState, int]]  # per SM: its wake-up entry in `cal`
     dirty: list[int]
     is_dirty: list[bool]
