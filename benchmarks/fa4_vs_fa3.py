@@ -48,20 +48,12 @@ def tensor_gaps(res: KernelResult, sm: int = 0) -> tuple[float, int]:
     return (sum(gaps) / max(1, len(spans) - 1), sum(1 for g in gaps if g > 64))
 
 
-def datapath_fill(kg: KernelGraph) -> float:
-    """Useful FLOPs per unit of tensor-datapath work the kernel's MMAs hold (1.0: every MMA fills the datapath;
-    0.5: M=64 tcgen05 MMAs on the 128-row sm100 datapath)."""
-    work = sum(c.count * sum(float(c.graph.work[i]) for i in range(c.graph.num_nodes) if c.graph.unit[i] == Unit.TENSOR)
-               for c in kg.classes)
-    return kg.flops / work
-
-
 def describe(tag: str, kg: KernelGraph, wave: KernelResult, waves: int, slots: int) -> None:
     busy = wave.unit_busy
     stalls = wave.stalls
     total = sum(stalls.values()) or 1.0
     gap, big = tensor_gaps(wave)
-    fill = datapath_fill(kg)
+    fill = kg.tensor_datapath_fill() or 0.0
     print(f"  {tag}: {kg.num_ctas} CTAs of {kg.attrs['bm']} query rows, {slots} per wave -> {waves} waves; "
           f"one wave {wave.cycles} cycles ({wave.cycles / kg.attrs['bm'] * 128:.0f} per 128 query rows)")
     print("       unit busy in the wave: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in busy.items()

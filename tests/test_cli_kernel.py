@@ -35,3 +35,15 @@ def test_variant_on_wrong_architecture(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["kernel", "gemm", "--m", "64", "--n", "64", "--k", "64", "--hw", "a100-sxm",
                  "--variant", "ws-cooperative"]) == 2
     assert "valid here: sm80-multistage" in capsys.readouterr().err
+
+
+def test_report_says_when_mmas_fill_only_part_of_the_tensor_datapath(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["kernel", "attention", "--batch", "1", "--heads-q", "4", "--heads-kv", "4", "--seq-q", "1024",
+            "--seq-kv", "1024", "--head-dim", "128", "--hw", "b200"]
+    fills = {}
+    for variant in ("fa3", "fa4"):
+        assert main([*base, "--variant", variant, "--json"]) == 0
+        fills[variant] = json.loads(capsys.readouterr().out)["tensor_datapath_fill"]
+    assert fills["fa4"] == pytest.approx(1.0) and 0.4 < fills["fa3"] <= 0.5  # 64-row MMAs on a 128-row datapath
+    assert main([*base, "--variant", "fa3"]) == 0
+    assert "useful FLOPs fill" in capsys.readouterr().out

@@ -73,6 +73,7 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         "l2_hit_rate": res.l2_hit_rate, "unit_utilisation": res.unit_busy, "stall_cycles": res.stalls,
         "config": {k: v for k, v in kernel.attrs.items() if k != "template"}, **extra,
         "sim_wall_s": res.attrs.get("wall_s"), "node_events": res.node_events,
+        "tensor_datapath_fill": kernel.tensor_datapath_fill() if hasattr(kernel, "tensor_datapath_fill") else None,
     }
     if args.json:
         print(json.dumps(out, default=str))
@@ -87,5 +88,9 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
     print(f"  waves       {res.waves:10.2f}      ({res.ctas} CTAs, {res.ctas_per_sm} per SM)")
     print(f"  bound       {res.bound}")
     print("  utilisation " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in res.unit_busy.items()))
+    fill = out["tensor_datapath_fill"]
+    if fill is not None and fill < 0.99:
+        print(f"              (tensor counts datapath time; useful FLOPs fill {100 * fill:.0f}% of it: MMAs shorter "
+              f"than the {int(hw.tensor_datapath_rows.value)} datapath rows, padded edge tiles)")
     total = sum(res.stalls.values()) or 1.0
     print("  waits       " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in res.stalls.items() if v))

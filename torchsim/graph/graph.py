@@ -218,6 +218,16 @@ class KernelGraph:
     def num_ctas(self) -> int:
         return sum(c.count for c in self.classes)
 
+    def unit_work(self, unit: Unit) -> float:
+        """Work all CTAs put on `unit` (FLOPs, bytes or ops in the unit's own measure)."""
+        return sum(c.count * float(np.sum(c.graph.work[c.graph.unit == unit])) for c in self.classes)
+
+    def tensor_datapath_fill(self) -> float | None:
+        """Useful FLOPs per FLOP of tensor-datapath time the MMAs hold (1.0 when every MMA fills the
+        datapath; 0.5 for 64-row tcgen05 MMAs on sm100); None without MMAs or FLOPs."""
+        work = self.unit_work(Unit.TENSOR)
+        return self.flops / work if work > 0 and self.flops > 0 else None
+
     def validate(self) -> None:
         if not self.classes:
             raise GraphError(f"kernel {self.name!r} has no CTA classes")
