@@ -138,3 +138,16 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                  "--out", out, "--executor", "ray", "--ray-address", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert "does not answer" in err or "needs Ray" in err, err  # without ray installed it says how to get it
+
+
+def test_a_model_sweep_point_at_the_base_profile_matches_predict() -> None:
+    """The sweep places every kernel launch (Flash-Decoding's split kernel and its combine apart) on the
+    stream as predict does, so a point at the base profile's own values has predict's step time."""
+    from torchsim.api import predict
+    from torchsim.kernel_sim import simulate_launches
+
+    work = model_workload("llama-small", phase="decode", kv=1500)
+    assert any(c.kind is KernelKind.ATTENTION_DECODE and len(simulate_launches(c, H100)) == 2 for c in work.calls)
+    row = run_sweep(H100, [parse_vary("sm_count=132", H100)], work, jobs=1)[0]
+    p = predict("llama-small", H100, prompt_len=1500, decode_steps=1, cache=False)
+    assert row["total_us"] == pytest.approx(p.decode_step_s[0] * 1e6, rel=1e-9)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from torchsim.hwmodels.whatif import WhatIfError, canonical, derive_profile, override_fields
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim
+from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, merged
 from torchsim.lowering.kernel_call import KernelCall
 
 # profile fields a kernel simulation never reads: points differing only here share every kernel simulation
@@ -218,19 +218,20 @@ def _duration(s: float) -> str:
     return f"{s / 3600:.1f} hours"
 
 
-def rows(plan: Plan, work: Workload, sims: Sequence[KernelSim]) -> list[dict[str, Any]]:
-    """One row per point: the knob values, the totals, and per kernel kind its time and dominant bound."""
+def rows(plan: Plan, work: Workload, sims: Sequence[Sequence[KernelSim]]) -> list[dict[str, Any]]:
+    """One row per point: the knob values, the totals, and per kernel kind its time and dominant bound.
+    `sims` holds each job's launches; a model step places every launch on the stream as `predict` does."""
     from torchsim.api import LaunchModel
 
     kinds = sorted({c.kind.value for c in work.calls})
     out = []
     for i, (values, hw, jobs) in enumerate(zip(plan.points, plan.profiles, plan.job_of)):
-        point_sims = [sims[j] for j in jobs]
+        point_sims = [merged(sims[j]) for j in jobs]
         row: dict[str, Any] = {"point": i}
         row.update({k.field: v for k, v in zip(plan.knobs, values)})
         row.update(hardware=hw.name, workload=work.label)
         if work.is_model:
-            _, step_s = LaunchModel.for_mode(work.launch, hw).place(point_sims)
+            _, step_s = LaunchModel.for_mode(work.launch, hw).place([s for j in jobs for s in sims[j]])
             row.update(phase=work.phase, batch=work.batch, kv_len=work.kv_len, total_us=step_s * 1e6)
         row["kernels_us"] = sum(s.time_s for s in point_sims) * 1e6
         row["dram_gb"] = sum(s.dram_bytes for s in point_sims) / 1e9

@@ -1,8 +1,9 @@
 """Where a sweep's kernel simulations run: in this process, on a local process pool, or as Ray tasks.
 
-Called by torchsim.sweep.run_sweep with the distinct (call, profile) jobs; returns their KernelSims in job
-order, so the rows (and the Parquet bytes) are the same whichever executor ran them. Ray is the optional
-extra `torchsim[ray]`; a cluster address that does not answer is an error within seconds, never a hang.
+Called by torchsim.sweep.run_sweep with the distinct (call, profile) jobs; returns, in job order, each job's
+launches (a KernelSim per kernel launch: Flash-Decoding's split kernel and its combine are two), so the rows
+(and the Parquet bytes) are the same whichever executor ran them. Ray is the optional extra `torchsim[ray]`;
+a cluster address that does not answer is an error within seconds, never a hang.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, simulate_call
+from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, simulate_launches
 
 EXECUTORS = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0
@@ -28,20 +29,23 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def simulate_job(job: tuple[Any, Any], max_events: int = DEFAULT_MAX_SIM_EVENTS) -> KernelSim:
-    """One distinct kernel simulation (module level: picklable for pools and Ray)."""
+Launches = tuple[KernelSim, ...]
+
+
+def simulate_job(job: tuple[Any, Any], max_events: int = DEFAULT_MAX_SIM_EVENTS) -> Launches:
+    """One distinct kernel call's launches, simulated (module level: picklable for pools and Ray)."""
     call, hw = job
-    return simulate_call(call, hw, max_events=max_events)
+    return simulate_launches(call, hw, max_events=max_events)
 
 
-def _simulate_chunk(jobs: list[tuple[Any, Any]], max_events: int) -> list[KernelSim]:
+def _simulate_chunk(jobs: list[tuple[Any, Any]], max_events: int) -> list[Launches]:
     return [simulate_job(j, max_events) for j in jobs]
 
 
 def run_jobs(jobs: Sequence[tuple[Any, Any]], *, executor: str = "local", workers: int = 1,
              ray_address: str | None = None, progress: bool = False,
-             max_events: int = DEFAULT_MAX_SIM_EVENTS) -> list[KernelSim]:
-    """KernelSims of `jobs`, in order. `local` forks `workers` processes (none for one worker or one job)."""
+             max_events: int = DEFAULT_MAX_SIM_EVENTS) -> list[Launches]:
+    """The launches of each of `jobs`, in order. `local` forks `workers` processes (none for one worker or one job)."""
     if executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
     if executor == "ray":
@@ -49,7 +53,7 @@ def run_jobs(jobs: Sequence[tuple[Any, Any]], *, executor: str = "local", worker
     if ray_address:
         raise ExecutorError("--ray-address needs --executor ray")
     bar = _bar(len(jobs), progress)
-    out: list[KernelSim] = []
+    out: list[Launches] = []
     try:
         if workers <= 1 or len(jobs) <= 1:
             for j in jobs:
@@ -90,7 +94,7 @@ def check_ray_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Non
 
 
 def _run_ray(jobs: Sequence[tuple[Any, Any]], workers: int, address: str | None, progress: bool,
-             max_events: int) -> list[KernelSim]:
+             max_events: int) -> list[Launches]:
     try:
         import ray
     except ImportError:
@@ -112,7 +116,7 @@ def _run_ray(jobs: Sequence[tuple[Any, Any]], workers: int, address: str | None,
         task = ray.remote(_simulate_chunk)
         refs = [task.remote(chunk, max_events) for chunk in _chunks(jobs, workers)]
         bar = _bar(len(jobs), progress)
-        done: dict[Any, list[KernelSim]] = {}
+        done: dict[Any, list[Launches]] = {}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
