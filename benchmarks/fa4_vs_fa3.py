@@ -17,7 +17,7 @@ import argparse
 import math
 from dataclasses import replace
 
-from torchsim.graph import CtaClass, KernelGraph, Unit
+from torchsim.graph import CtaClass, Edge, KernelGraph, Unit
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.attention import attention
 from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant
@@ -41,18 +41,39 @@ def first_wave(kg: KernelGraph, ctas: int) -> KernelGraph:
                    dram_bytes=kg.dram_bytes * share)
 
 
-def tensor_gaps(res: KernelResult, sm: int = 0) -> tuple[float, int]:
-    """Mean idle cycles between consecutive tensor-pipe operations on one SM, and how many gaps > 64 cycles."""
-    spans = sorted((r.start, r.end) for r in (res.records or ()) if r.sm == sm and r.unit == Unit.TENSOR.name)
-    gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:]) if b[0] > a[1]]
-    return (sum(gaps) / max(1, len(spans) - 1), sum(1 for g in gaps if g > 64))
+def tensor_idle(kg: KernelGraph, res: KernelResult, sm: int = 0) -> tuple[int, dict[str, int], int]:
+    """Idle cycles of SM `sm`'s tensor datapath: before its first MMA, between MMAs (keyed by what the next
+    MMA waited for: its last-arriving input), and after its last MMA until the wave ends. An MMA holds the
+    datapath from its start for work / rate cycles; its completion comes a latency later."""
+    hw = get_profile(res.hw)
+    graphs = {c.graph.name: c.graph for c in kg.classes}
+    recs = [r for r in (res.records or ()) if r.sm == sm]
+    end = {(r.cta, r.node): r.end for r in recs}
+    mmas = sorted((r for r in recs if r.unit == Unit.TENSOR.name), key=lambda r: r.start)
+    if not mmas:
+        return res.cycles, {}, 0
+    preds: dict[tuple[str, int], list[int]] = {}
+    for name, g in graphs.items():
+        for src, dst, kind in zip(g.edge_src, g.edge_dst, g.edge_kind):
+            if kind == Edge.DATA:
+                preds.setdefault((name, int(dst)), []).append(int(src))
+    between: dict[str, int] = {}
+    busy_end = 0.0
+    for r in mmas:
+        g = graphs[r.cta_class]
+        if busy_end and r.start > busy_end:
+            last = max(preds.get((r.cta_class, r.node), []), key=lambda k: end.get((r.cta, k), -1), default=-1)
+            why = g.node_names[last].split("[")[0].rstrip("0123456789") if last >= 0 else "issue"
+            between[why] = between.get(why, 0) + int(r.start - busy_end)
+        busy_end = max(busy_end, r.start + float(g.work[r.node]) / hw.tensor_flop_per_clk_per_sm(g.dtype))
+    return int(mmas[0].start), between, int(res.cycles - busy_end)
 
 
 def describe(tag: str, kg: KernelGraph, wave: KernelResult, waves: int, slots: int) -> None:
     busy = wave.unit_busy
     stalls = wave.stalls
     total = sum(stalls.values()) or 1.0
-    gap, big = tensor_gaps(wave)
+    before, between, after = tensor_idle(kg, wave)
     fill = kg.tensor_datapath_fill() or 0.0
     print(f"  {tag}: {kg.num_ctas} CTAs of {kg.attrs['bm']} query rows, {slots} per wave -> {waves} waves; "
           f"one wave {wave.cycles} cycles ({wave.cycles / kg.attrs['bm'] * 128:.0f} per 128 query rows)")
@@ -60,8 +81,10 @@ def describe(tag: str, kg: KernelGraph, wave: KernelResult, waves: int, slots: i
                                                        if k in ("tensor", "sfu", "fma", "tmem", "ldst", "tma")))
     print(f"       its MMAs use {100 * fill:.0f}% of the tensor datapath they hold, so useful tensor FLOPs = "
           f"{100 * fill * busy.get('tensor', 0.0):.0f}% of peak in the wave")
-    print(f"       tensor pipe on SM 0: mean gap {gap:.0f} cycles between MMAs, {big} gaps > 64 cycles; waits: "
-          + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in stalls.items() if v))
+    waits = ", ".join(f"{k} {v}" for k, v in sorted(between.items(), key=lambda kv: -kv[1])) or "none"
+    print(f"       tensor datapath of SM 0 idle {before} cycles before its first MMA, {sum(between.values())} "
+          f"between MMAs (the next MMA waiting for: {waits}), {after} after its last")
+    print("       node waits: " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in stalls.items() if v))
 
 
 def main() -> None:
@@ -96,17 +119,16 @@ def main() -> None:
         print(f"     busiest units in a wave: FA3 {b3}; FA4 {b4}\n")
     print("Reading the statistics: FA4's CTA owns 256 query rows (two TMEM-resident Q tiles) where FA3's owns 128,\n"
           "so the same grid needs half the waves and each FA4 wave does twice the work: FA4 is faster per wave\n"
-          "only if it is more than 2x as efficient per query row. Both kernels are bound by the tensor datapath\n"
-          "(FA3: busiest unit, MMAs back to back on SM 0; FA4: tensor and shared-memory port together). FA3 keeps\n"
-          "Hopper's 64-row consumer warp groups, and a 64-row tcgen05 MMA holds the 128-row sm100 datapath as long\n"
-          "as a 128-row one (profile field tensor_datapath_rows): its useful FLOP rate is half of what the busy\n"
-          "datapath shows. Its TMEM round trips (S out, P and rescaled O back) and softmax of one consumer hide\n"
-          "under the other consumer's MMAs, which at half rate take longer than the softmax. FA4's 128-row MMAs\n"
-          "fill the datapath; what it loses is the shared-memory port (Q, K, V operands plus TMA writes) and the\n"
-          "prologue/epilogue of its longer CTA. So per query row FA4 is the 'per 128 query rows' ratio faster\n"
-          "(< 2), and per wave it is not faster here. GPU-Tile-Sim reports ~1.3x per wave (2.6x per row), which\n"
-          "needs FA3's softmax to interrupt tensor issue; with the M=64 half-rate datapath modelled here the\n"
-          "softmax is shorter than the other warp group's MMAs and never does.")
+          "only if it is more than 2x as efficient per query row. FA3 keeps Hopper's 64-row consumer warp groups,\n"
+          "and a 64-row tcgen05 MMA holds the 128-row sm100 datapath as long as a 128-row one (profile field\n"
+          "tensor_datapath_rows): its datapath is busy nearly all the wave but does half the useful FLOPs. At that\n"
+          "half rate the other consumer's two MMAs outlast one consumer's TMEM round trip (S out, P and rescaled O\n"
+          "back) and softmax, so FA3's MMAs hardly ever wait. FA4's 128-row MMAs fill the datapath, but P aliases\n"
+          "S in TMEM, so a tile's softmax has only the other tile's two MMAs (1024 cycles, less the MMA completion\n"
+          "latency) to load S, exponentiate and store P: the datapath idles between MMAs waiting for tmem_st_P.\n"
+          "So per query row FA4 is the 'per 128 query rows' ratio faster (< 2) and per wave it is not faster.\n"
+          "GPU-Tile-Sim reports ~1.3x per wave (2.6x per row), which needs FA3's softmax to interrupt its tensor\n"
+          "issue; with the half-rate 64-row datapath modelled here it never does.")
 
 
 if __name__ == "__main__":

@@ -284,8 +284,9 @@ b200 = replace(
                                             fact(B200, "tensor.tc_dense_fp8_flop_per_clk_per_sm")),
     tensor_tf32_flop_per_clk_per_sm=assumed(4096, "FLOP/clk/SM", "assumed: half of BF16 as on Hopper (" +
                                             fact(B200, "tensor.tc_dense_tf32_flop_per_clk_per_sm") + " unknown)"),
-    tensor_latency_cycles=assumed(128, "cycles", "assumed from " + fact(B200, "latency.op_latencies_microbench") +
-                                  " (tcgen05 128x128x64 = 559 cycles including its own throughput time)"),
+    tensor_latency_cycles=calibrated(303, "cycles", fact(B200, "latency.op_latencies_microbench") +
+                                     ": tcgen05 128x128x64 = 559 cycles issue to completion, less its 256 cycles "
+                                     "at 8192 FLOP/clk (128x128x128 = 900 - 512 = 388; the smaller is taken)"),
     tensor_subop_flop=derived(2 * 128 * 256 * 16, "FLOP", fact(B200, "tensor.tcgen05_mma") + ": M128 N256 K16"),
     tensor_datapath_rows=derived(128, "rows", fact(B200, "tensor.tcgen05_mma") + " (cta_group::1, M=128) and " +
                                  fact(B200, "memory.tmem_per_sm") + " (128 lanes): an M=128 MMA writes one "
