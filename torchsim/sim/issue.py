@@ -213,15 +213,7 @@ class IssueMixin:
         if arrive >= 0:
             self._arrive(cta, arrive, t)
         if kind == K_PIPE:
-            start = unit.free_at
-            if t > start:
-                start = t
-            end = start + occ
-            unit.free_at = end
-            unit.busy_work += work
-            pt = unit.partner
-            if pt is not None and pt.free_at < end:
-                pt.free_at = end
+            start, end = unit.occupy(t, occ, work)
             done = end + unit.latency
         elif kind == K_REMOTE:
             start, done = t, self._remote(cta, j, unit, t)
@@ -230,15 +222,7 @@ class IssueMixin:
         if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
             port = sm.ulist[LDST]
             assert port is not None
-            s = port.free_at
-            if t > s:
-                s = t
-            end = s + sio_occ
-            port.free_at = end
-            port.busy_work += sio
-            pt = port.partner
-            if pt is not None and pt.free_at < end:
-                pt.free_at = end
+            _, end = port.occupy(t, sio_occ, sio)
             if end > done:
                 done = end
         if self.record:

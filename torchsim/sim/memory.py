@@ -37,15 +37,7 @@ class MemoryMixin:
                 extra: int) -> tuple[int, int]:
         """Serve global read/write node `j` of `cta` arriving at `t` through front-end `fe` (`occ` cycles for
         `nbytes`; `extra` = TMA latency for TMA nodes); returns (completion, service start)."""
-        s = fe.free_at
-        if t > s:
-            s = t
-        fe_end = s + occ
-        fe.free_at = fe_end
-        fe.busy_work += nbytes
-        pt = fe.partner
-        if pt is not None and pt.free_at < fe_end:
-            pt.free_at = fe_end
+        _, fe_end = fe.occupy(t, occ, nbytes)
         read = kind != K_WRITE
         if self.memsys is not None:
             done_m, ideal_m = self.memsys.access(t, cta.sm, cta.cls, j, cta.params, cta.keys.get(j), nbytes, read)

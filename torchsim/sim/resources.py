@@ -40,6 +40,18 @@ class Pipeline:
     def occupancy(self, work: float) -> int:
         return max(1, math.ceil(work / self.effective - 1e-9))
 
+    def occupy(self, t: int, occ: int, work: float) -> tuple[int, int]:
+        """Take the pipe for `occ` cycles from `t` or when it frees, whichever is later, for `work`; a partner
+        pipe accepts nothing until then. Returns (start, end). The engine's inlined loop does the same inline."""
+        start = self.free_at if self.free_at > t else t
+        end = start + occ
+        self.free_at = end
+        self.busy_work += work
+        pt = self.partner
+        if pt is not None and pt.free_at < end:
+            pt.free_at = end
+        return start, end
+
     def can_accept(self, t: int) -> bool:
         return self.queued or self.free_at <= t
 
