@@ -114,9 +114,6 @@ class GpuProfile:
             return float(self.tensor_tf32_flop_per_clk_per_sm.value)
         return float(self.tensor_bf16_flop_per_clk_per_sm.value)
 
-    def mma_datapath_flop(self, m: int, n: int, k: int) -> float:
-        return mma_datapath_flop(m, n, k, int(self.tensor_datapath_rows.value))
-
     def peak_tensor_flops_per_s(self, dtype: DType) -> float:
         return self.tensor_flop_per_clk_per_sm(dtype) * self.sms * self.clock_hz_value
 
