@@ -57,12 +57,7 @@ class Pipeline:
 
     def accept(self, t: int, work: float) -> tuple[int, int]:
         """Inject `work` at cycle `t`; returns (injection end, completion)."""
-        start = t if t > self.free_at else self.free_at
-        end = start + self.occupancy(work)
-        self.free_at = end
-        self.busy_work += work
-        if self.partner is not None and self.partner.free_at < end:
-            self.partner.free_at = end
+        end = self.occupy(t, self.occupancy(work), work)[1]
         return end, end + self.latency
 
 
