@@ -57,9 +57,9 @@ def main() -> None:
 
 def bench_prediction(out: str) -> None:
     """The issue's acceptance case: the trace costs <= 20% of the prediction's time and stays <= 50 MB."""
-    from torchsim.api import predict
     from torchsim.exports.from_prediction import prediction_records
     from torchsim.hwmodels import get_profile
+    from torchsim.prediction.pipeline import predict
 
     pred = predict("llama3-8b", "h100-sxm", prompt_len=2048, decode_steps=128)
     t = time.perf_counter()

@@ -71,7 +71,7 @@ def child_speed(hw: str) -> None:
     """Run in a fresh process: cold predict (imports included), then the same call warm."""
     sampler = RssSampler()
     t0 = time.perf_counter()
-    from torchsim.api import predict
+    from torchsim.prediction.pipeline import predict
 
     t_import = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -124,7 +124,7 @@ def table(pred: Any, phase: str, step: int | None, top: int = 14) -> None:
 
 
 def prefill_and_decode(hw: str) -> None:
-    from torchsim.api import predict
+    from torchsim.prediction.pipeline import predict
 
     p = predict(MODEL, hw, prompt_len=2048, decode_steps=1)
     print(f"== prefill 2048 tokens, batch 1, {hw}: TTFT {p.ttft_s * 1e3:.2f} ms, "
@@ -144,7 +144,7 @@ def prefill_and_decode(hw: str) -> None:
 
 
 def presets(hw: str) -> None:
-    from torchsim.api import predict
+    from torchsim.prediction.pipeline import predict
 
     print(f"== eager vs serving: {MODEL}, prefill 2048 + 128 decode steps, {hw} ==")
     res = {name: predict(MODEL, hw, prompt_len=2048, decode_steps=128, preset=name) for name in ("serving", "eager")}
@@ -176,9 +176,9 @@ def presets(hw: str) -> None:
 def accuracy(hw_name: str) -> None:
     """Budgeted simulation (K-extrapolated, wave-scaled) against the full simulation of the same GEMM."""
     from torchsim.hwmodels import get_profile
-    from torchsim.kernel_sim import _k_extrapolated, _m_scaled, graph_events, simulate_call
     from torchsim.lowering.kernel_call import KernelCall, KernelKind
     from torchsim.lowering.templates import build_kernel
+    from torchsim.prediction.kernel_sim import _k_extrapolated, _m_scaled, graph_events, simulate_call
 
     hw = get_profile(hw_name)
     print(f"== budgeted GEMM simulation vs full simulation ({hw_name}) ==")

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from torchsim.hwmodels import get_profile
-from torchsim.sweep import metadata, model_workload, parse_vary, run_sweep
-from torchsim.sweep_out import plot, write_parquet
+from torchsim.sweeps.outputs import plot, write_parquet
+from torchsim.sweeps.space import metadata, model_workload, parse_vary, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 

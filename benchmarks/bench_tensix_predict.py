@@ -21,7 +21,7 @@ MODEL = "llama3-8b"
 CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-import torchsim.api as api
+import torchsim.prediction.pipeline as api
 t_imp = time.perf_counter()
 hw, weights, prompt, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 p = api.predict({model!r}, hw, prompt_len=prompt, decode_steps=steps, weights=weights, decode_samples=1)

@@ -14,11 +14,11 @@ import argparse
 import time
 from dataclasses import replace
 
-from torchsim.api import predict
 from torchsim.models.hf import build_hf_model
 from torchsim.models.hf_segments import HFSegmented
 from torchsim.models.registry import get_config
-from torchsim.prediction import Prediction
+from torchsim.prediction.pipeline import predict
+from torchsim.prediction.records import Prediction
 
 
 def plan_of(p: Prediction) -> list[tuple[object, ...]]:

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from torchsim.api import predict
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates import build_kernel
@@ -32,7 +31,8 @@ from torchsim.models.registry import get_config
 from torchsim.models.routing import RoutingCounts
 from torchsim.models.routing_hook import record_routing
 from torchsim.models.routing_io import load_routing, save_routing
-from torchsim.prediction import KernelRecord, Prediction
+from torchsim.prediction.pipeline import predict
+from torchsim.prediction.records import KernelRecord, Prediction
 from torchsim.sim import simulate
 
 KV_LEN = 1024

@@ -97,12 +97,9 @@ def hf_capture(layers: int) -> None:
 def plan_equivalence(layers: int) -> None:
     from dataclasses import replace
 
-    from torchsim.lowering import patterns, plan
+    from torchsim.lowering import plan
     from torchsim.models.hf import build_hf_model
     from torchsim.models.hf_segments import HFSegmented
-    from torchsim.models.moe_patterns import moe_serving_patterns
-
-    patterns.PRESETS["serving"] = (*moe_serving_patterns(), *patterns.SERVING)  # as asked of lowering.patterns
     plan._plan_graph.cache_clear()
     for name, q_len, past in (("llama3-8b", 2048, 0), ("llama3-8b", 1, 1024), ("mixtral-8x7b", 2048, 0),
                               ("mixtral-8x7b", 1, 1024)):

@@ -30,11 +30,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchsim.api import predict
 from torchsim.hwmodels import get_profile
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS
 from torchsim.lowering.precision import WeightPrecision, weight_bytes
 from torchsim.models.registry import build_model, get_config
+from torchsim.prediction.kernel_sim import DEFAULT_MAX_SIM_EVENTS
+from torchsim.prediction.pipeline import predict
 from torchsim.validation.published import Row, grouped_mape, rows
 
 MODELS = {  # the row's model -> torchsim config, and what the mapping assumes

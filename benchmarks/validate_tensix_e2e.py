@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torchsim.api as api
+import torchsim.prediction.pipeline as api
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.tensix.model_config import KV_CACHE, MODES, SDPA_FIDELITY, WeightMode
 

@@ -15,7 +15,7 @@ from torchsim.exports.perfetto import write_trace
 
 @pytest.fixture(scope="module")
 def pred():  # type: ignore[no-untyped-def]
-    from torchsim.api import predict
+    from torchsim.prediction.pipeline import predict
 
     return predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=7, decode_samples=3)
 

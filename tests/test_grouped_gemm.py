@@ -11,12 +11,12 @@ import pytest
 from torchsim.cli import main
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
-from torchsim.kernel_sim import simulate_call
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates import build_kernel
 from torchsim.lowering.templates.gemm import gemm
 from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_gemm, load_balance
 from torchsim.models.routing_synthetic import synthetic_routing
+from torchsim.prediction.kernel_sim import simulate_call
 from torchsim.sim import simulate
 
 GPUS = ("a100-sxm", "h100-sxm", "h200", "b200")

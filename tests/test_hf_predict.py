@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from torchsim.api import predict  # noqa: E402
 from torchsim.models.hf import build_hf_model  # noqa: E402
 from torchsim.models.hf_segments import HFSegmented  # noqa: E402
 from torchsim.models.registry import get_config  # noqa: E402
+from torchsim.prediction.pipeline import predict  # noqa: E402
 
 
 def test_hf_llama_and_own_llama_predict_the_same() -> None:

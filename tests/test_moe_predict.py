@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from torchsim.api import predict
 from torchsim.models.mixtral import build_mixtral
 from torchsim.models.routing_hook import record_routing
 from torchsim.models.routing_io import save_routing
+from torchsim.prediction.pipeline import predict
 
 # mixtral-tiny, 4 x 1024 tokens: 8192 expert assignments, enough M tiles for skew to change the schedule
 STEP: dict[str, Any] = dict(batch=4, prompt_len=1024, decode_steps=0, workers=1)

@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
-from torchsim.api import LaunchModel, predict
 from torchsim.cli import main
 from torchsim.hwmodels import get_profile
 from torchsim.hwmodels.quantity import assumed
-from torchsim.kernel_sim import simulate_call
 from torchsim.lowering.fallback import roofline
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.models.llama import LlamaConfig
+from torchsim.prediction.kernel_sim import simulate_call
+from torchsim.prediction.launch import LaunchModel
+from torchsim.prediction.pipeline import predict
 
 TINY: dict[str, Any] = dict(prompt_len=32, decode_steps=6, workers=1)
 
@@ -175,7 +176,7 @@ def test_cli_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_disk_cache_serves_a_fresh_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import torchsim.kernel_sim as ks
+    import torchsim.prediction.kernel_sim as ks
 
     monkeypatch.setenv("TORCHSIM_CACHE_DIR", str(tmp_path))
     ks.clear_memo()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from torchsim.api import predict
 from torchsim.hwmodels import get_profile
-from torchsim.kernel_sim import simulate_call, simulate_launches
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.prediction.kernel_sim import simulate_call, simulate_launches
+from torchsim.prediction.pipeline import predict
 
 # llama-small at KV 1024: Flash-Decoding splits the K/V and launches a combine kernel
 SPLIT: dict[str, Any] = dict(prompt_len=64, kv_len=1024, decode_steps=1, workers=1)
@@ -101,7 +101,7 @@ def test_fp8_kv_cache_halves_what_decode_attention_reads() -> None:
 
 
 def test_top_level_predict_is_lazy() -> None:
-    code = ("import sys, torchsim; assert 'torch' not in sys.modules; import torchsim.api as api; "
+    code = ("import sys, torchsim; assert 'torch' not in sys.modules; import torchsim.prediction.pipeline as api; "
             "assert torchsim.predict is api.predict; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr

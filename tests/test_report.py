@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from torchsim.cli.outputs import nodes_path, slowest_distinct, write_kernel_outputs, write_prediction_outputs
 from torchsim.exports.adapt import kernel_detail
 from torchsim.exports.check import check_trace
-from torchsim.exports.outputs import nodes_path, slowest_distinct, write_kernel_outputs, write_prediction_outputs
 from torchsim.exports.records import PredictionRecords
 from torchsim.exports.report import comparison_table, kernel_group, kernel_table, summarize, time_per_kind
 from torchsim.exports.synthetic import SyntheticProfile, synthetic_prediction, toy_ws_gemm

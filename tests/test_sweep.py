@@ -12,9 +12,17 @@ import pytest
 from torchsim.cli import main
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.sweep import SweepError, kernel_workload, metadata, model_workload, parse_vary, plan_sweep, run_sweep
-from torchsim.sweep_exec import ExecutorError, check_ray_address, run_jobs
-from torchsim.sweep_out import parquet_bytes
+from torchsim.sweeps.execute import ExecutorError, check_ray_address, run_jobs
+from torchsim.sweeps.outputs import parquet_bytes
+from torchsim.sweeps.space import (
+    SweepError,
+    kernel_workload,
+    metadata,
+    model_workload,
+    parse_vary,
+    plan_sweep,
+    run_sweep,
+)
 
 H100 = get_profile("h100-sxm")
 GEMV = KernelCall.make(KernelKind.GEMM, m=1, n=2048, k=2048)
@@ -55,6 +63,18 @@ def test_cartesian_rows_and_monotone_bandwidth() -> None:
         times = [r["kernels_us"] for r in rows if r["sm_count"] == sms]
         assert times == sorted(times, reverse=True) and times[0] > times[-1]  # a GEMV speeds up with HBM
     assert all(r["gemm_bound"] for r in rows) and all(r["cycles"] > 0 for r in rows)
+
+
+def test_library_entry_point_gives_the_cli_rows() -> None:
+    """`torchsim.sweep(...)` (profile by name, knobs as the CLI writes them) gives run_sweep's rows."""
+    import torchsim
+
+    knobs = ["dram_bytes_per_s=1.5e12:4.5e12:3"]
+    rows = torchsim.sweep(GEMV, "h100-sxm", vary=knobs, jobs=1)
+    assert rows == run_sweep(H100, [parse_vary(knobs[0], H100)], kernel_workload(GEMV), jobs=1)
+    assert [r["dram_bytes_per_s"] for r in rows] == [1.5e12, 3e12, 4.5e12]
+    with pytest.raises(SweepError, match="nope"):
+        torchsim.sweep(GEMV, "h100-sxm", vary=["nope=1,2"], jobs=1)
 
 
 def test_identical_simulations_are_shared_across_points() -> None:
@@ -143,8 +163,8 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_model_sweep_point_at_the_base_profile_matches_predict() -> None:
     """The sweep places every kernel launch (Flash-Decoding's split kernel and its combine apart) on the
     stream as predict does, so a point at the base profile's own values has predict's step time."""
-    from torchsim.api import predict
-    from torchsim.kernel_sim import simulate_launches
+    from torchsim.prediction.kernel_sim import simulate_launches
+    from torchsim.prediction.pipeline import predict
 
     work = model_workload("llama-small", phase="decode", kv=1500)
     assert any(c.kind is KernelKind.ATTENTION_DECODE and len(simulate_launches(c, H100)) == 2 for c in work.calls)

@@ -8,17 +8,17 @@ from collections import Counter
 
 import pytest
 
-import torchsim.api as api
-from torchsim.api import LaunchModel
+import torchsim.prediction.pipeline as api
 from torchsim.cli import main
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.hwmodels.tensix.noc import NocTopology
-from torchsim.kernel_sim import KernelSim
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset
 from torchsim.lowering.templates.tensix.dram_sharded import READ_NOC, bank_workers, dram_sharded_matmul
 from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
+from torchsim.prediction.kernel_sim import KernelSim
+from torchsim.prediction.launch import LaunchModel
 from torchsim.sim import simulate
 
 N150 = get_profile("wormhole-n150")
@@ -123,7 +123,7 @@ def test_blackhole_decode_matmuls_run_on_eight_workers() -> None:
 
 
 def test_tensix_weight_bytes_per_role() -> None:
-    from torchsim.api import _resolve_model
+    from torchsim.prediction.pipeline import _resolve_model
 
     _, _, module = _resolve_model("llama-small", "bf16")
     bf16 = sum(p.numel() * 2 for p in module.parameters())

@@ -9,6 +9,7 @@ import pytest
 from torchsim.cli import main
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
+from torchsim.hwmodels.registry import builtin_profile
 from torchsim.hwmodels.whatif import WhatIfError, derive_profile, load_whatif
 from torchsim.lowering.templates import gemm
 from torchsim.sim import simulate
@@ -76,7 +77,7 @@ def test_cli_accepts_a_toml_wherever_a_hardware_name_goes(capsys: pytest.Capture
 def test_bad_overrides_name_the_field_and_the_file(tmp_path: Path, body: str, words: list[str]) -> None:
     p = write(tmp_path, body)
     with pytest.raises(WhatIfError) as err:
-        load_whatif(p)
+        load_whatif(p, builtin_profile)
     msg = str(err.value)
     assert str(p) in msg
     for w in words:

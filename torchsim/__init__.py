@@ -1,21 +1,29 @@
-"""torchsim: performance prediction for PyTorch models on GPUs and Tensix accelerators, without the hardware."""
+"""torchsim: performance prediction for PyTorch models on GPUs and Tensix accelerators, without the hardware.
+
+The pipeline, one folder a stage: `lowering` (capture, plan, the template library) -> `graph` (tile graphs) ->
+`sim` (the engine, on `hwmodels` profiles) -> `prediction` (kernel calls timed and placed on a stream) ->
+`exports` (Parquet, Perfetto, reports); `models` defines the built-in models, `sweeps` runs design-space sweeps,
+`cli` is the command line.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Prediction", "__version__", "predict"]
+__all__ = ["Prediction", "__version__", "predict", "sweep"]
 
-_LAZY = {"predict": "torchsim.api", "Prediction": "torchsim.prediction"}  # imported on first use (torch is slow)
+# imported on first use (torch is slow to import)
+_LAZY = {"predict": "torchsim.prediction.pipeline", "Prediction": "torchsim.prediction.records",
+         "sweep": "torchsim.sweeps"}
 
 
 def __getattr__(name: str) -> Any:
-    """`torchsim.predict(...)` without importing torch at `import torchsim`.
+    """`torchsim.predict(...)` and `torchsim.sweep(...)` without importing torch at `import torchsim`.
 
     >>> import torchsim
     >>> torchsim.predict.__module__
-    'torchsim.api'
+    'torchsim.prediction.pipeline'
     """
     module = _LAZY.get(name)
     if module is None:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchsim.cli import UsageError
+from torchsim.cli.outputs import add_output_options, write_prediction_outputs
 from torchsim.exports.adapt import kernel_detail
 from torchsim.exports.from_prediction import prediction_records
-from torchsim.exports.outputs import add_output_options, write_prediction_outputs
 from torchsim.exports.records import KernelDetail, KernelRecord, PredictionRecords
 from torchsim.exports.report import comparison_table, summarize
 from torchsim.models.registry import DEFAULT_MODEL
@@ -92,7 +92,7 @@ def export_predictions(args: argparse.Namespace, preds: Sequence[Any], profiles:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchsim.api import predict
+    from torchsim.prediction.pipeline import predict
 
     for flag in ("prompt", "batch"):
         if getattr(args, flag) <= 0:

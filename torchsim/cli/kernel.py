@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from torchsim.cli import UsageError
-from torchsim.exports.outputs import add_output_options, wants_records, write_kernel_outputs
+from torchsim.cli.outputs import add_output_options, wants_records, write_kernel_outputs
 from torchsim.hwmodels import get_profile
 from torchsim.sim import POLICIES, KernelResult, simulate
 

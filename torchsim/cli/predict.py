@@ -1,6 +1,6 @@
 """`torchsim predict MODEL --hw GPU ...`: end-to-end prefill/decode prediction with the kernels that make it up.
 
-The command users come for. Calls torchsim.api.predict and prints TTFT, TPOT, tokens/s and per-kernel
+The command users come for. Calls torchsim.prediction.pipeline.predict and prints TTFT, TPOT, tokens/s and per-kernel
 tables (or one JSON object with `--json`). MODEL is a registered name or a path to an HF `config.json`.
 """
 
@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from torchsim.cli import UsageError
-from torchsim.exports.outputs import add_output_options
+from torchsim.cli.outputs import add_output_options
 from torchsim.models.registry import DEFAULT_MODEL
 
 
@@ -55,8 +55,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchsim.api import predict
     from torchsim.models.registry import model_names
+    from torchsim.prediction.pipeline import predict
 
     if args.list:
         print("\n".join(model_names()))

@@ -4,8 +4,8 @@
         --phase decode --kv 4096 --out sweep.parquet --plot sweep.png
     torchsim sweep kernel gemm --m 4096 --n 4096 --k 4096 --hw a100-sxm --vary tensor_latency_cycles=32:128:4 ...
 
-Parses the knobs (torchsim.sweep), prints the size estimate, runs the points (torchsim.sweep_exec) and writes
-the rows (torchsim.sweep_out).
+Parses the knobs (torchsim.sweeps.space), prints the size estimate, runs the points (torchsim.sweeps.execute) and writes
+the rows (torchsim.sweeps.outputs).
 """
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ def _kernel_call(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from torchsim.hwmodels import get_profile
-    from torchsim.sweep import kernel_workload, metadata, model_workload, parse_vary, run_sweep
-    from torchsim.sweep_exec import ExecutorError
-    from torchsim.sweep_out import plot, write_parquet
+    from torchsim.sweeps.execute import ExecutorError
+    from torchsim.sweeps.outputs import plot, write_parquet
+    from torchsim.sweeps.space import kernel_workload, metadata, model_workload, parse_vary, run_sweep
 
     if not args.vary:
         raise UsageError("give at least one --vary FIELD=START:STOP:COUNT or FIELD=V1,V2,...")

@@ -1,6 +1,6 @@
 """What the exporters read: per-kernel rows of a prediction and per-node events of one simulated kernel.
 
-`torchsim.api.predict` and `torchsim.sim.simulate` results are turned into these records (see
+`torchsim.prediction.pipeline.predict` and `torchsim.sim.simulate` results are turned into these records (see
 `torchsim.exports.adapt`); Parquet, Perfetto and the reports read only these, so they never reach back into
 the engine. A quantity that was not modelled is None, never 0.
 """

@@ -30,7 +30,12 @@ def get_profile(name: str) -> Any:
     if str(name).strip().lower().endswith(".toml"):
         from torchsim.hwmodels.whatif import load_whatif
 
-        return load_whatif(str(name).strip())
+        return load_whatif(str(name).strip(), builtin_profile)
+    return builtin_profile(name)
+
+
+def builtin_profile(name: str) -> Any:
+    """The built-in profile called `name`; an unknown name is a KeyError listing the known ones."""
     key = name.strip().lower()
     if key in GPU_PROFILES:
         return GPU_PROFILES[key]

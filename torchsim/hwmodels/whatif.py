@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +159,12 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
         raise WhatIfError(f"{where}: the overrides make an inconsistent profile: {exc}") from None
 
 
-def load_whatif(path: str | Path) -> Any:
-    """Load a what-if TOML file: `base` names a built-in profile; every other key overrides one of its fields."""
+def load_whatif(path: str | Path, builtin: Callable[[str], Any]) -> Any:
+    """Load a what-if TOML file: `base` names a built-in profile; every other key overrides one of its fields.
+
+    `builtin(name)` looks the base up: `get_profile("file.toml")` passes the registry's own (this module does not
+    import the registry, which imports this one to load `.toml` names).
+    """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"what-if hardware file {str(path)!r} does not exist")
@@ -173,10 +177,8 @@ def load_whatif(path: str | Path) -> Any:
         raise WhatIfError(f"{p}: needs `base = \"<profile>\"` naming a built-in profile (e.g. \"h100-sxm\")")
     if base_name.endswith(".toml"):
         raise WhatIfError(f"{p}: base {base_name!r} must be a built-in profile name, not another what-if file")
-    from torchsim.hwmodels.registry import get_profile
-
     try:
-        base = get_profile(base_name)
+        base = builtin(base_name)
     except KeyError as exc:
         raise WhatIfError(f"{p}: base: {exc.args[0]}") from None
     overrides = {k: v for k, v in doc.items() if k not in RESERVED}

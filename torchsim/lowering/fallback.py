@@ -1,6 +1,6 @@
 """Roofline estimate of a kernel call: the stand-in when no template (or no simulation budget) serves a call.
 
-Used by torchsim.api beside the template library: time = max(FLOPs / peak, compulsory DRAM bytes / sustained
+Used by the prediction stage beside the template library: time = max(FLOPs / peak, compulsory DRAM bytes / sustained
 bandwidth) + a fixed launch-to-finish latency. Every result built from it is flagged `fallback=True`.
 """
 

@@ -15,7 +15,6 @@ import torch
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.lowerings import LOWERINGS, PlanContext, elementwise_call, is_view
 from torchsim.lowering.opgraph import OpGraph, OpNode
-from torchsim.models.moe_patterns import moe_serving_patterns
 
 aten = torch.ops.aten
 _CASTS = frozenset({aten.to.dtype, aten._to_copy.default, aten.to.dtype_layout, aten.type_as.default})
@@ -316,7 +315,6 @@ Patterns = Sequence[tuple[Pattern, Builder]]
 
 EAGER: Patterns = ()
 SERVING: Patterns = (
-    *moe_serving_patterns(),  # router top-k, MoE align, MoE combine (torchsim.models.moe_patterns)
     (ModuleScope(frozenset({"RotaryEmbedding", "LlamaRotaryEmbedding", "MixtralRotaryEmbedding"})), build_nothing),
     (Siblings(frozenset({aten.linear.default})), build_fused_gemm),
     (Chain(ADD_RMSNORM_STEPS), build_add_rmsnorm),
@@ -329,4 +327,26 @@ SERVING: Patterns = (
     (Chain((Step(frozenset({aten.silu.default})), Step(_MUL))), build_silu_mul),
     (Chain((Step(_CASTS, optional=True), Step(frozenset({aten.argmax.default})))), build_sampling),
 )
+# What plan_graph tries, per preset: the patterns model families registered (register_patterns), then the
+# generic ones above. The registry lives here so lowering never imports models: a family registers its
+# fusions when its module is imported (torchsim.models registers the MoE router/align/combine patterns).
 PRESETS: dict[str, Patterns] = {"eager": EAGER, "serving": SERVING}
+
+
+def register_patterns(preset: str, pairs: Patterns) -> None:
+    """Try `pairs` before the generic patterns of `preset` (once: registering the same builders again is a no-op).
+
+    >>> n = len(PRESETS["serving"])
+    >>> register_patterns("serving", ((KvCacheAppend(), build_kv_write),))  # its builder is there already
+    >>> len(PRESETS["serving"]) == n
+    True
+    >>> register_patterns("nope", ())
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown preset 'nope'; valid: eager, serving
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
+    known = {build for _, build in PRESETS[preset]}
+    new = tuple(pair for pair in pairs if pair[1] not in known)
+    PRESETS[preset] = (*new, *PRESETS[preset])

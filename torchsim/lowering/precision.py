@@ -1,7 +1,7 @@
 """Precision of a KernelPlan: FP8 checkpoints run their decoder-layer GEMMs as FP8 GEMMs; an FP8 KV cache is read
 by the decode attention in FP8.
 
-Applied by torchsim.api after planning (capture and plan stay in the model's bf16). An FP8 checkpoint
+Applied by torchsim.prediction.pipeline after planning (capture and plan stay in the model's bf16). An FP8 checkpoint
 (TensorRT Model Optimizer / llm-compressor per-tensor FP8) stores every decoder-layer projection in FP8 E4M3
 and keeps the embedding, the LM head and the norms in bf16; activations are quantised in the kernel that
 produces them (RMSNorm, SiLU-and-mul, attention output), so no extra launches; GEMM outputs are bf16. An FP8

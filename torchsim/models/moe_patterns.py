@@ -1,7 +1,7 @@
 """MoE fusion patterns for the `serving` preset: the kernels a fused-MoE runtime launches around the experts.
 
-Plugs into lowering.patterns (a list of (pattern, builder) pairs): splice `moe_serving_patterns()` into the
-serving preset (`SERVING = (*moe_serving_patterns(), ...)`; this module does not import lowering.patterns).
+Registered with lowering.patterns (`register_patterns("serving", moe_serving_patterns())`) when torchsim.models is
+imported, so they are tried before the generic patterns; lowering never imports this module.
 It groups the ATen ops of an MoE block the way vLLM's fused_moe path runs them:
   router:  softmax + top-k + renormalise            -> one ROUTER_TOPK kernel (the router GEMM stays a GEMM)
   align:   sort, token-index math, histc, cumsum     -> one small `moe_align` kernel; the gather of the hidden
@@ -14,14 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from enum import Enum
-from typing import TYPE_CHECKING, cast
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.lowerings import PlanContext, is_view
 from torchsim.lowering.opgraph import OpGraph, OpNode
-
-if TYPE_CHECKING:  # lowering.patterns may import this module to build its serving preset: no import cycle
-    from torchsim.lowering.patterns import Match, Patterns
+from torchsim.lowering.patterns import Match, Pattern, Patterns, register_patterns
 
 # Innermost module class names of routers and expert containers (torchsim's own and HF transformers v5).
 ROUTER_TYPES = frozenset({"TopKRouter", "MixtralTopKRouter"})
@@ -35,18 +32,13 @@ class MoeStage(Enum):
     COMBINE = "combine"  # ops of an experts module after its last grouped GEMM
 
 
-class MoeStagePattern:
-    """One match per MoE module path: the stage's ops (views and kernels of their own excluded).
-
-    Implements lowering.patterns.Pattern's `find(g, taken)` (duck-typed, so this module never imports patterns).
-    """
+class MoeStagePattern(Pattern):
+    """One match per MoE module path: the stage's ops (views and kernels of their own excluded)."""
 
     def __init__(self, stage: MoeStage) -> None:
         self.stage = stage
 
     def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
-        from torchsim.lowering.patterns import Match
-
         types = ROUTER_TYPES if self.stage is MoeStage.ROUTER else EXPERTS_TYPES
         scopes: dict[str, list[OpNode]] = {}
         for n in g.nodes:
@@ -105,4 +97,7 @@ def moe_serving_patterns() -> Patterns:
     """(pattern, builder) pairs to put in the serving preset (before the generic patterns)."""
     pairs = ((MoeStagePattern(MoeStage.ROUTER), build_router), (MoeStagePattern(MoeStage.ALIGN), build_align),
              (MoeStagePattern(MoeStage.COMBINE), build_combine))
-    return cast("Patterns", pairs)  # MoeStagePattern is a Pattern by its find(); nominally it cannot import one
+    return pairs
+
+
+register_patterns("serving", moe_serving_patterns())

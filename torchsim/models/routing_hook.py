@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsim.models.routing import RoutingCounts
+from torchsim.models.routing_counts import RoutingCounts
 
 
 @dataclass(frozen=True, slots=True)

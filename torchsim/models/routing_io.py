@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from torchsim.models.routing import RoutingCounts
+from torchsim.models.routing_counts import RoutingCounts
 
 FORMAT_NAME = "torchsim.routing"
 FORMAT_VERSION = 1

@@ -10,7 +10,7 @@ from enum import Enum
 
 import numpy as np
 
-from torchsim.models.routing import RoutingCounts, allocate
+from torchsim.models.routing_counts import RoutingCounts, allocate
 
 
 class RoutingPattern(Enum):

@@ -11,7 +11,7 @@ from typing import Any
 
 from torchsim.cli import UsageError
 from torchsim.cli.kernel import add_common, emit_outputs, positive, report
-from torchsim.exports.outputs import wants_records
+from torchsim.cli.outputs import wants_records
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchsim.cli.kernel import add_common, emit_outputs, positive, report
-from torchsim.exports.outputs import wants_records
+from torchsim.cli.outputs import wants_records
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.elementwise import elementwise, embedding, rope, silu_mul

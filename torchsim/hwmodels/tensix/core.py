@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torchsim.graph.kinds import DType, Unit
 from torchsim.hwmodels.quantity import Quantity, assumed
 from torchsim.hwmodels.tensix.formats import TILE_ELEMENTS, MathFidelity, check_format, tile_bytes
-from torchsim.hwmodels.tensix.profiles import TensixProfile
+from torchsim.hwmodels.tensix.spec import TensixSpec
 
 # SFPU instructions per 32-datum vector for tt-metal's SFPU functions (assumed: the LLK sources were not read;
 # counts are the order of their polynomial/Newton implementations). Each op also loads and stores Dst.
@@ -32,7 +32,7 @@ SFPU_LOAD_STORE = 2  # SFPLOAD + SFPSTORE per vector (facts.csv Wormhole-B0 sfpu
 VECTORS_PER_TILE = TILE_ELEMENTS // 32  # 32 datums per SFPLOAD (facts.csv sfpu.sfpload_granularity)
 
 
-def unit_specs(hw: TensixProfile, fidelity: MathFidelity) -> dict[int, tuple[str, float, int, bool]]:
+def unit_specs(hw: TensixSpec, fidelity: MathFidelity) -> dict[int, tuple[str, float, int, bool]]:
     """Per-core pipelines: unit -> (name, work per cycle, latency cycles, queued)."""
     return {
         Unit.UNPACKER: ("unpacker", float(hw.unpackers) * float(hw.unpacker_bytes_per_clk),
@@ -48,7 +48,7 @@ def unit_specs(hw: TensixProfile, fidelity: MathFidelity) -> dict[int, tuple[str
 class CoreCosts:
     """Per-tile costs on one core of `hw` at `fidelity` (cycles), as templates charge them."""
 
-    hw: TensixProfile
+    hw: TensixSpec
     fidelity: MathFidelity
 
     @property
@@ -84,7 +84,7 @@ class CoreCosts:
         return max(flops, self.trisc_cycles(llk_calls) * self.fpu_flop_per_clk)
 
 
-def dst_tiles(hw: TensixProfile, accum: DType = DType.BF16, half_sync: bool = True) -> int:
+def dst_tiles(hw: TensixSpec, accum: DType = DType.BF16, half_sync: bool = True) -> int:
     """Output tiles one math pass can hold in Dst (32 KiB): 16 bf16 / 8 fp32, halved when double-buffered."""
     per_tile = TILE_ELEMENTS * (4 if accum is DType.FP32 else 2)
     n = int(float(hw.dst_bytes) // per_tile)
@@ -104,7 +104,7 @@ class CircularBuffer:
         return self.pages * tile_bytes(check_format(self.dtype, f"circular buffer {self.name!r}"))
 
 
-def check_l1(hw: TensixProfile, kernel: str, buffers: list[CircularBuffer]) -> int:
+def check_l1(hw: TensixSpec, kernel: str, buffers: list[CircularBuffer]) -> int:
     """Total L1 of `buffers`; raises ValueError naming the buffer that overflows L1 and the bytes."""
     budget = int(hw.l1_bytes_per_core) - int(hw.l1_reserved_bytes)
     used = 0

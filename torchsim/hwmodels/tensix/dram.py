@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchsim.hwmodels.tensix.noc import NocId, NocModel, NocTopology
-from torchsim.hwmodels.tensix.profiles import XY, TensixProfile
+from torchsim.hwmodels.tensix.spec import XY, TensixSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ class ReadStream:
     issue_cycles: float = 0.0  # RISC-V work between issuing two reads
 
 
-def run_read_streams(hw: TensixProfile, streams: list[ReadStream],
+def run_read_streams(hw: TensixSpec, streams: list[ReadStream],
                      noc: NocModel | None = None) -> tuple[float, NocModel]:
     """Run concurrent read streams; returns (cycle the last read lands, the NoC model with its statistics).
 
@@ -113,7 +113,7 @@ def run_read_streams(hw: TensixProfile, streams: list[ReadStream],
     return end, model
 
 
-def adjacent_readers(hw: TensixProfile, noc: NocId = NocId.NOC0) -> tuple[XY, ...]:
+def adjacent_readers(hw: TensixSpec, noc: NocId = NocId.NOC0) -> tuple[XY, ...]:
     """One distinct worker per DRAM bank, each the nearest downstream of its bank's endpoint on `noc`.
 
     This is the placement of tt-metal's DRAM reports ('bank-adjacent' readers); banks take their pick in order.

@@ -1,5 +1,5 @@
 """How tt-metal puts one program (op) after another on a Tensix chip: the dispatch numbers and the launch model
-that torchsim.api places kernels with (`TensixProfile.launch_model`).
+that torchsim.prediction.pipeline places kernels with (`TensixProfile.launch_model`).
 
 Fast dispatch runs on dispatch cores: for each program it writes launch messages, runtime arguments, circular-
 buffer configurations and kernel binaries into the workers' L1 and then sends the go signal. The dispatcher
@@ -58,7 +58,7 @@ def blackhole_dispatch(clock_ratio: float) -> dict[str, Quantity]:
 
 
 def launch_terms(hw: Any, mode: str, phase: str) -> tuple[str, Quantity, Quantity, Quantity]:
-    """(label, host time per op, device gap between ops, overhead per step) for torchsim.api.LaunchModel.
+    """(label, host time per op, device gap between ops, overhead per step) for torchsim.prediction.launch.LaunchModel.
 
     `mode` "cuda-graphs" (the serving default) means what tt_transformers does: decode under metal trace,
     prefill dispatched by the host (llms.md §4.1: "We typically use tracing for the decode pass of LLMs but not

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from torchsim.hwmodels.tensix.noc import NocId, NocModel, Rect
-from torchsim.hwmodels.tensix.profiles import XY, TensixProfile
+from torchsim.hwmodels.tensix.spec import XY, TensixSpec
 
 MCAST_AXES = ("none", "row", "col", "all")
 SOURCES = ("dram", "l1")  # where a node's bytes live: interleaved/sharded DRAM, or another core's L1
@@ -57,7 +57,7 @@ class NodeRoute:
 class TensixMemory:
     """Serves a kernel's memory nodes on a fresh NocModel; keeps DRAM bytes and busy statistics."""
 
-    def __init__(self, hw: TensixProfile, kernel: Any) -> None:
+    def __init__(self, hw: TensixSpec, kernel: Any) -> None:
         self.hw = hw
         self.noc = NocModel(hw)
         self.banks = int(hw.dram_banks)

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from torchsim.hwmodels.tensix.profiles import XY, TensixProfile
+from torchsim.hwmodels.tensix.spec import XY, TensixSpec
 
 
 class NocId(IntEnum):
@@ -129,7 +129,7 @@ class NocModel:
         82.0
     """
 
-    def __init__(self, hw: TensixProfile) -> None:
+    def __init__(self, hw: TensixSpec) -> None:
         self.hw = hw
         nx, ny = int(hw.noc_grid_x), int(hw.noc_grid_y)
         self.topo = NocTopology(nx, ny)

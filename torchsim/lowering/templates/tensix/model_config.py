@@ -2,7 +2,7 @@
 and math fidelity per tensor role (performance / accuracy mode), the matmul program per phase, and the ops
 tt-metal launches around them (tt_ops.py).
 
-Sits between lowering.plan and kernel simulation: torchsim.api calls `adapt_plan(plan, hw, weights)` on every
+Sits between lowering.plan and kernel simulation: the prediction stage calls `adapt_plan(plan, hw, weights)` on every
 plan; GPU plans pass through unchanged. Source of every setting: tt-metal models/tt_transformers/tt/model_config.py
 (ModelOptimizations.performance / .accuracy, _default_settings, the DECODE_*/PREFILL_* program configs).
 """

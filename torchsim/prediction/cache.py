@@ -1,6 +1,6 @@
 """On-disk cache of simulated kernels, so a second `torchsim predict` in a new process skips the engine.
 
-Used by torchsim.kernel_sim beside its in-process memo. An entry is keyed by the torchsim version, a
+Used by torchsim.prediction.kernel_sim beside its in-process memo. An entry is keyed by the torchsim version, a
 fingerprint of the code that decides a kernel's time (templates, engine, graph IR, profiles), the call, the
 profile's numbers and the simulation budget; the template configuration is a function of those, so a change
 to any of them misses. Entries are small JSON files written atomically; `--no-cache` turns the cache off.
@@ -22,7 +22,7 @@ import torchsim
 _PKG = Path(torchsim.__file__).parent
 # Code whose change can change a simulated time (relative to the package).
 _FINGERPRINTED = ("sim", "graph", "hwmodels", "lowering/templates", "lowering/fallback.py", "lowering/kernel_call.py",
-                  "kernel_sim.py")
+                  "prediction/kernel_sim.py")
 
 
 def default_root() -> Path:

@@ -1,6 +1,6 @@
 """Sweep outputs: one Parquet row per point (written atomically) and a PNG of the total against the knobs.
 
-Reads the rows of torchsim.sweep.run_sweep. Files go through torchsim.exports.atomic, so an interrupted sweep
+Reads the rows of torchsim.sweeps.space.run_sweep. Files go through torchsim.exports.atomic, so an interrupted sweep
 never leaves a partial file. The Parquet bytes depend only on the rows and the sweep's description.
 """
 

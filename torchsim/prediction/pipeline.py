@@ -1,7 +1,7 @@
 """torchsim.predict: a model name (or module, or config) + a GPU -> TTFT, time per output token, every kernel.
 
 The top of the pipeline: capture (lowering.capture) -> plan (lowering.plan) -> simulate each distinct kernel
-once (torchsim.kernel_sim) -> place kernels on a stream with a launch/host model -> Prediction. Decode steps
+once (torchsim.prediction.kernel_sim) -> place kernels on a stream with a launch/host model -> Prediction. Decode steps
 are simulated at a few KV lengths and interpolated linearly in between.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -17,59 +16,21 @@ from typing import Any
 import numpy as np
 
 from torchsim.graph.kinds import DType
-from torchsim.hwmodels.quantity import Quantity, assumed
-from torchsim.kernel_cache import DiskCache
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, is_memoised, simulate_launches, simulate_many
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
 from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
 from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
-from torchsim.prediction import KernelRecord, Prediction
-
-EAGER_HOST_S = assumed(4.5e-6, "s", "assumed: host time PyTorch eager spends per kernel (Python dispatch, ATen, "
-                       "cudaLaunchKernel); published per-op eager overheads are a few to ~10 us")
-LAUNCH_MODES = ("cuda-graphs", "eager")
-
-
-@dataclass(frozen=True)
-class LaunchModel:
-    """When kernels start: `start = max(end of previous + device gap, host issue time)`, plus one cost per step."""
-
-    mode: str
-    host_per_kernel: Quantity  # host time to issue one kernel (0 when a CUDA graph replays the step)
-    device_gap: Quantity  # idle time between dependent kernels on the device
-    step_overhead: Quantity  # once per forward step (the graph launch)
-
-    @staticmethod
-    def for_mode(mode: str, hw: Any, phase: str = "decode") -> LaunchModel:
-        hook = getattr(hw, "launch_model", None)  # a device with its own dispatch model (Tensix: metal trace)
-        if callable(hook):
-            return LaunchModel(*hook(mode, phase))
-        if mode == "cuda-graphs":
-            return LaunchModel(mode, assumed(0.0, "s", "CUDA graph replay: no per-kernel host work"),
-                               hw.graph_launch_overhead_s, hw.launch_overhead_s)
-        if mode == "eager":
-            return LaunchModel(mode, EAGER_HOST_S, hw.launch_overhead_s, assumed(0.0, "s", "no graph launch"))
-        raise ValueError(f"unknown launch mode {mode!r}; valid: {', '.join(LAUNCH_MODES)}")
-
-    def describe(self) -> str:
-        return (f"launch {self.mode}: host {float(self.host_per_kernel) * 1e6:.1f} us/kernel "
-                f"({self.host_per_kernel.kind}), device gap {float(self.device_gap) * 1e6:.1f} us "
-                f"({self.device_gap.kind}; {self.device_gap.source.removeprefix('assumed: ')}), per step "
-                f"{float(self.step_overhead) * 1e6:.1f} us")
-
-    def place(self, sims: Sequence[KernelSim]) -> tuple[list[tuple[float, float]], float]:
-        """(start, gap) of each kernel from the step's start, and the step's duration."""
-        host = dev = float(self.step_overhead)  # the host issues the step's kernels after its per-step work
-        hpk, gap = float(self.host_per_kernel), float(self.device_gap)
-        out = []
-        for i, s in enumerate(sims):
-            host += hpk
-            start = max(dev + (gap if i else 0.0), host)
-            out.append((start, start - dev))
-            dev = start + s.time_s
-        return out, dev
+from torchsim.prediction.cache import DiskCache
+from torchsim.prediction.kernel_sim import (
+    DEFAULT_MAX_SIM_EVENTS,
+    KernelSim,
+    is_memoised,
+    simulate_launches,
+    simulate_many,
+)
+from torchsim.prediction.launch import LAUNCH_MODES, LaunchModel
+from torchsim.prediction.records import KernelRecord, Prediction
 
 
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
@@ -85,7 +46,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     ("performance" | "accuracy", Tensix only) picks tt_transformers' data formats and fidelities per weight role.
     `dtype="fp8"` is an FP8 checkpoint (decoder-layer GEMMs in FP8 E4M3); `kv_cache="fp8"` an FP8 KV cache.
     Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
-    and kept in the on-disk cache (torchsim.kernel_cache; `cache=False` skips it).
+    and kept in the on-disk cache (torchsim.prediction.cache; `cache=False` skips it).
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4

@@ -1,6 +1,6 @@
 """Where a sweep's kernel simulations run: in this process, on a local process pool, or as Ray tasks.
 
-Called by torchsim.sweep.run_sweep with the distinct (call, profile) jobs; returns, in job order, each job's
+Called by torchsim.sweeps.space.run_sweep with the distinct (call, profile) jobs; returns, in job order, each job's
 launches (a KernelSim per kernel launch: Flash-Decoding's split kernel and its combine are two), so the rows
 (and the Parquet bytes) are the same whichever executor ran them. Ray is the optional extra `torchsim[ray]`;
 a cluster address that does not answer is an error within seconds, never a hang.
@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, simulate_launches
+from torchsim.prediction.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, simulate_launches
 
 EXECUTORS = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0

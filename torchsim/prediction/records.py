@@ -1,6 +1,6 @@
 """Prediction records: one KernelRecord per kernel launch on the stream, and the Prediction that holds them.
 
-Produced by torchsim.api.predict (the last stage before exports); read by the CLI tables, the JSON output and
+Produced by prediction.pipeline.predict (the last stage before exports); read by the CLI tables, the JSON output and
 the Parquet/Perfetto exporters (`KernelRecord.row()` is one flat row).
 """
 

@@ -1,6 +1,6 @@
 """One kernel call -> its simulated (or estimated) time: templates + engine, memoised per call and profile.
 
-Sits between lowering (KernelCalls) and torchsim.api (which places the results on a stream). A call's launches
+Sits between lowering (KernelCalls) and prediction.pipeline (which places the results on a stream). A call's launches
 (two for a split Flash-Decoding or FlashMLA call: split kernel, then combine) come from
 `torchsim.lowering.templates.build_kernels` and run on `torchsim.sim.simulate`; GEMMs too large for the event
 budget are simulated at two smaller K and extrapolated, and calls without a template are a roofline (`fallback`).
@@ -15,9 +15,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchsim.kernel_cache import DiskCache
 from torchsim.lowering.fallback import roofline, work
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.prediction.cache import DiskCache
 
 DEFAULT_MAX_SIM_EVENTS = 200_000  # node executions one simulation may take (~150k/s on an idle core today)
 

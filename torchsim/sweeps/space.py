@@ -2,8 +2,8 @@
 
 Sits on top of the prediction path: a model step is captured and planned once (lowering), each point derives a
 what-if profile (torchsim.hwmodels.whatif), the distinct (kernel call, kernel-relevant profile numbers) pairs
-of all points are simulated once on a process pool or Ray (torchsim.sweep_exec), and each point's kernels are
-placed on the stream by the launch model of torchsim.api. Rows go to Parquet (and a PNG) via torchsim.exports.
+of all points are simulated once on a process pool or Ray (torchsim.sweeps.execute), and each point's kernels are
+placed on the stream by the launch model (torchsim.prediction.launch). Rows go to Parquet (and a PNG).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from torchsim.hwmodels.whatif import WhatIfError, canonical, derive_profile, override_fields
-from torchsim.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, merged
 from torchsim.lowering.kernel_call import KernelCall
+from torchsim.prediction.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, merged
 
 # profile fields a kernel simulation never reads: points differing only here share every kernel simulation
 LAUNCH_ONLY = frozenset({"launch_overhead_s", "graph_launch_overhead_s", "dram_bytes"})
@@ -184,8 +184,8 @@ def estimate_s(base: Any, knobs: Sequence[Knob], work: Workload, workers: int,
     """(seconds, points, distinct simulations) before anything is planned or run: node events of each distinct
     call (built once on the base profile, capped by the simulation budget) times the distinct kernel-relevant
     profiles (knobs outside LAUNCH_ONLY), over `workers` at EVENTS_PER_S."""
-    from torchsim.kernel_sim import graph_events
     from torchsim.lowering.templates import build_kernel
+    from torchsim.prediction.kernel_sim import graph_events
 
     points = math.prod(len(k.values) for k in knobs)
     variants = math.prod(len(k.values) for k in knobs if k.field not in LAUNCH_ONLY)
@@ -221,7 +221,7 @@ def _duration(s: float) -> str:
 def rows(plan: Plan, work: Workload, sims: Sequence[Sequence[KernelSim]]) -> list[dict[str, Any]]:
     """One row per point: the knob values, the totals, and per kernel kind its time and dominant bound.
     `sims` holds each job's launches; a model step places every launch on the stream as `predict` does."""
-    from torchsim.api import LaunchModel
+    from torchsim.prediction.launch import LaunchModel
 
     kinds = sorted({c.kind.value for c in work.calls})
     out = []
@@ -267,7 +267,7 @@ def run_sweep(base: Any, knobs: Sequence[Knob], work: Workload, *, executor: str
     >>> [r["sm_count"] for r in rs]
     [66.0, 132.0]
     """
-    from torchsim.sweep_exec import default_jobs, run_jobs
+    from torchsim.sweeps.execute import default_jobs, run_jobs
 
     workers = jobs or default_jobs()
     if not knobs:
