@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from torchsim.lowering.capture import CaptureError, capture_model, capture_module, clear_memo, structure_signature
-from torchsim.models import llama
+from torchsim.models import decoder  # the attention every family shares lives here
 from torchsim.models.registry import build_model, get_config
 
-LLAMA_FILE = Path(llama.__file__)
+DECODER_FILE = Path(decoder.__file__)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def tiny() -> Any:
 
 def _code(source: str) -> str:
     line = int(source.rsplit(":", 1)[1])
-    return linecache.getline(str(LLAMA_FILE), line)
+    return linecache.getline(str(DECODER_FILE), line)
 
 
 def test_layer_graph_has_shapes_dtypes_paths_and_source_lines(tiny: Any) -> None:
@@ -36,7 +36,7 @@ def test_layer_graph_has_shapes_dtypes_paths_and_source_lines(tiny: Any) -> None
     assert q.out[0].shape == (2, 8, cfg.num_attention_heads * cfg.head_dim_value)
     assert q.out[0].dtype.name == "BF16"
     assert q.in_specs[1].shape == (cfg.num_attention_heads * cfg.head_dim_value, cfg.hidden_size)
-    assert q.source.startswith("llama.py:") and "q_proj" in _code(q.source)
+    assert q.source.startswith("decoder.py:") and "q_proj" in _code(q.source)
     sdpa = next(n for n in layer.nodes if n.op_name == "scaled_dot_product_attention")
     assert sdpa.in_specs[1].shape == (2, cfg.num_key_value_heads, 8, cfg.head_dim_value)
     assert "scaled_dot_product_attention" in _code(sdpa.source)

@@ -22,7 +22,7 @@ from torchsim.lowering.lowerings import (
 )
 from torchsim.lowering.opgraph import OpNode, TensorSpec
 from torchsim.lowering.plan import Preset, UnsupportedOpsError, plan_capture, plan_model
-from torchsim.models import llama
+from torchsim.models import decoder  # the attention every family shares lives here
 from torchsim.models.registry import build_model
 
 aten = torch.ops.aten
@@ -98,8 +98,8 @@ def test_every_call_is_traced_to_the_model_source(tiny: Any) -> None:
     assert qkv.name == "layers.0.self_attn.q_proj+k_proj+v_proj"
     f, lines = qkv.source.split(":")
     lo, hi = (int(x) for x in lines.split("-"))
-    text = "".join(linecache.getline(llama.__file__, n) for n in range(lo, hi + 1))
-    assert f == Path(llama.__file__).name and all(p in text for p in ("q_proj", "k_proj", "v_proj"))
+    text = "".join(linecache.getline(decoder.__file__, n) for n in range(lo, hi + 1))
+    assert f == Path(decoder.__file__).name and all(p in text for p in ("q_proj", "k_proj", "v_proj"))
     assert len(set(qkv.fx_nodes)) == 3
 
 

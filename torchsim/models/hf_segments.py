@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchsim.models.decoder import Segment, decoder_segments
 from torchsim.models.hf import TorchsimConfig, enable_sdpa_gqa, from_hf_config
 
 
@@ -117,16 +118,7 @@ class HFSegmented(nn.Module):
     def dtype(self) -> torch.dtype:
         return self._embedding().dtype
 
-    def capture_segments(self, batch: int, q_len: int, past_len: int) -> list[tuple[str, nn.Module, tuple[Any, ...]]]:
+    def capture_segments(self, batch: int, q_len: int, past_len: int) -> list[Segment]:
         """(path, module, example args) of head, each layer and tail, on the model's device and dtype."""
-        cfg, dt, dev = self.config, self.dtype, self._embedding().device
-        d = cfg.head_dim_value
-        tokens = torch.zeros(batch, q_len, dtype=torch.long, device=dev)
-        positions = torch.arange(past_len, past_len + q_len, device=dev).expand(batch, q_len)
-        x = torch.zeros(batch, q_len, cfg.hidden_size, dtype=dt, device=dev)
-        cos = torch.zeros(batch, q_len, d, dtype=dt, device=dev)
-        cache = torch.zeros(batch, cfg.num_key_value_heads, past_len, d, dtype=dt, device=dev)
-        segments: list[tuple[str, nn.Module, tuple[Any, ...]]] = [("head", self.head, (tokens, positions))]
-        segments += [(f"layers.{i}", layer, (x, cos, cos, cache, cache)) for i, layer in enumerate(self.layers)]
-        segments.append(("tail", self.tail, (x,)))
-        return segments
+        return decoder_segments(self.head, self.layers, self.tail, self.config, batch, q_len, past_len, self.dtype,
+                                self._embedding().device)

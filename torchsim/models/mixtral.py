@@ -1,27 +1,28 @@
-"""Mixtral-family MoE decoder of torchsim's own: the Llama blocks with the MLP replaced by top-k routed experts.
+"""Mixtral-family MoE decoder of torchsim's own: the shared decoder with the MLP replaced by top-k routed experts.
 
-Sits at the start of the pipeline beside models.llama (same segments head / layers / tail, same forward), so
-lowering.capture handles both. On the meta device each MoE block exports as two `aten._grouped_mm` with static
-shapes; routing lives only in the values of their `offs`, so lowering.plan sizes them from models.routing.
-On CPU with real weights it runs, and the `mlp.gate` router's top-k indices are what models.routing_hook records.
+Sits at the start of the pipeline beside models.llama; both are models.decoder models (same segments head / layers
+/ tail, same forward), so lowering.capture handles both, and only the config and the MoE block are Mixtral's own.
+On the meta device each MoE block exports as two `aten._grouped_mm` with static shapes; routing lives only in
+the values of their `offs`, so lowering.plan sizes them from models.routing. On CPU with real weights it runs,
+and the `mlp.gate` router's top-k indices are what models.routing_hook records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchsim.models.llama import Attention, Embed, LlamaConfig, LlamaForCausalLM, RMSNorm, Sampler
+from torchsim.models.decoder import DecoderConfig, DecoderForCausalLM
 from torchsim.models.registry import register_builder, register_family, register_model
 
 
 @dataclass(frozen=True, slots=True)
-class MixtralConfig:
+class MixtralConfig(DecoderConfig):
     """Mixtral-family hyper-parameters, named as in HF `MixtralConfig`; `intermediate_size` is one expert's FFN.
 
     >>> cfg = mixtral_config("mixtral-8x7b")
@@ -29,76 +30,31 @@ class MixtralConfig:
     (46.7, 12.9)
     """
 
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    vocab_size: int
-    max_position_embeddings: int
+    family: ClassVar[str] = "Mixtral"
+
+    rope_theta: float = 1e6
+    name: str = "mixtral"
     num_local_experts: int = 8
     num_experts_per_tok: int = 2
-    rope_theta: float = 1e6
-    rms_norm_eps: float = 1e-5
-    tie_word_embeddings: bool = False
-    head_dim: int | None = None
-    name: str = "mixtral"
 
     def __post_init__(self) -> None:
         for f in ("num_local_experts", "num_experts_per_tok"):
-            value = getattr(self, f)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"model config {self.name!r}: field {f!r} must be a positive integer, got {value!r}")
+            self._check_positive(f)
         if self.num_experts_per_tok > self.num_local_experts:
             raise ValueError(f"model config {self.name!r}: num_experts_per_tok ({self.num_experts_per_tok}) exceeds "
                              f"num_local_experts ({self.num_local_experts})")
-        self.dense()  # the attention/embedding fields are checked as a Llama config would check them
+        DecoderConfig.__post_init__(self)  # explicit: zero-argument super() fails in a slotted dataclass
 
-    def dense(self) -> LlamaConfig:
-        """The non-MoE part as a LlamaConfig (attention, norms, embedding; intermediate_size = one expert)."""
-        moe = ("num_local_experts", "num_experts_per_tok")
-        return LlamaConfig(**{k: v for k, v in asdict(self).items() if k not in moe})
-
-    @property
-    def head_dim_value(self) -> int:
-        return self.dense().head_dim_value
-
-    @property
-    def max_context(self) -> int:
-        return self.max_position_embeddings
-
-    def kv_bytes_per_token(self, bytes_per_element: int) -> int:
-        return self.dense().kv_bytes_per_token(bytes_per_element)
-
-    def param_count(self) -> int:
-        """All parameters: the dense model plus (experts - 1) more expert FFNs and the routers."""
-        h, e = self.hidden_size, self.num_local_experts
-        expert = 3 * h * self.intermediate_size
-        return self.dense().param_count() + self.num_hidden_layers * ((e - 1) * expert + e * h)
+    def mlp_param_count(self) -> int:
+        """All experts' SwiGLU FFNs plus the router."""
+        e, h = self.num_local_experts, self.hidden_size
+        return e * 3 * h * self.intermediate_size + e * h
 
     def active_param_count(self) -> int:
         """Parameters one token touches: top_k experts per layer instead of all of them."""
         expert = 3 * self.hidden_size * self.intermediate_size
         idle = self.num_local_experts - self.num_experts_per_tok
         return self.param_count() - self.num_hidden_layers * idle * expert
-
-    def with_layers(self, num_hidden_layers: int) -> MixtralConfig:
-        return replace(self, num_hidden_layers=num_hidden_layers)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], name: str = "mixtral") -> MixtralConfig:
-        """Build from HF `config.json` keys; missing required keys are named in one error."""
-        optional = {"num_local_experts", "num_experts_per_tok", "rope_theta", "rms_norm_eps", "tie_word_embeddings",
-                    "head_dim", "name"}
-        required = [f.name for f in fields(cls) if f.name not in optional]
-        missing = [k for k in required if k not in data]
-        if missing:
-            raise ValueError(f"model config {name!r} is missing field(s) {missing}; a Mixtral-family config needs "
-                             f"{required} (optional: {sorted(optional - {'name'})})")
-        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data and f.name != "name"}
-        if kwargs.get("head_dim") is None:
-            kwargs.pop("head_dim", None)
-        return cls(name=name, **kwargs)
 
 
 MIXTRAL_CONFIGS: dict[str, MixtralConfig] = {c.name: c for c in (
@@ -188,27 +144,8 @@ class SparseMoeBlock(nn.Module):
         return self.experts(h, weights, indices).view(x.shape)
 
 
-class MixtralDecoderLayer(nn.Module):
-    """Pre-norm: x + attn(norm(x)), then + moe(norm(.)); returns (x, k_cache, v_cache) like llama.DecoderLayer."""
-
-    def __init__(self, cfg: MixtralConfig) -> None:
-        super().__init__()
-        dense = cfg.dense()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(dense)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = SparseMoeBlock(cfg)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a, k, v = self.self_attn(self.input_layernorm(x), cos, sin, k_cache, v_cache)
-        x = x + a
-        return x + self.mlp(self.post_attention_layernorm(x)), k, v
-
-
-class MixtralForCausalLM(nn.Module):
-    """Segments head / layers / tail as in llama.LlamaForCausalLM, whose forward, step_inputs and
-    capture_segments it runs (they only touch head, layers, tail and the config's dense fields).
+class MixtralForCausalLM(DecoderForCausalLM[MixtralConfig]):
+    """A Mixtral decoder: every layer's MLP is a `SparseMoeBlock` (see models.decoder.DecoderForCausalLM).
 
     >>> with torch.device("meta"):
     ...     m = MixtralForCausalLM(mixtral_config("mixtral-8x7b"))
@@ -216,39 +153,8 @@ class MixtralForCausalLM(nn.Module):
     True
     """
 
-    def __init__(self, cfg: MixtralConfig, dtype: torch.dtype = torch.bfloat16) -> None:
-        super().__init__()
-        self.config = cfg
-        self.head = Embed(cfg.dense())
-        self.layers = nn.ModuleList(MixtralDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
-        self.tail = Sampler(cfg.dense())
-        if cfg.tie_word_embeddings:
-            self.tail.lm_head.weight = self.head.embed_tokens.weight
-        self.to(dtype)
-
-    # The segment protocol is Llama's, reused as is: these read only head, layers, tail and the dense config fields.
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.head.embed_tokens.weight.dtype
-
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, k_caches: list[torch.Tensor],
-                v_caches: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        return LlamaForCausalLM.forward(self, tokens, positions, k_caches, v_caches)  # type: ignore[arg-type]
-
-    def step_inputs(self, batch: int, q_len: int, past_len: int) -> dict[str, Any]:
-        """Inputs of one forward step: `q_len` new tokens after `past_len` cached ones."""
-        return LlamaForCausalLM.step_inputs(self, batch, q_len, past_len)  # type: ignore[arg-type]
-
-    def capture_segments(self, batch: int, q_len: int, past_len: int) -> list[tuple[str, nn.Module, tuple[Any, ...]]]:
-        """(path, module, example args) of head, each layer and tail: the protocol lowering.capture reads."""
-        return LlamaForCausalLM.capture_segments(self, batch, q_len, past_len)  # type: ignore[arg-type]
-
-    @torch.no_grad()
-    def run_prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Eager prefill of real token ids [batch, seq] (CPU weights): next-token ids; used to record routing."""
-        inputs = self.step_inputs(tokens.shape[0], tokens.shape[1], 0)
-        inputs["tokens"] = tokens.to(inputs["tokens"].device)
-        return self(**inputs)[0]
+    def make_mlp(self, layer: int) -> nn.Module:
+        return SparseMoeBlock(self.config)
 
 
 def build_mixtral(cfg: MixtralConfig | str, *, device: str | torch.device = "meta",
