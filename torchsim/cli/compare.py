@@ -19,7 +19,7 @@ from torchsim.exports.adapt import kernel_detail
 from torchsim.exports.from_prediction import prediction_records
 from torchsim.exports.records import KernelDetail, KernelRecord, PredictionRecords
 from torchsim.exports.report import comparison_table, summarize
-from torchsim.models.registry import DEFAULT_MODEL
+from torchsim.models import DEFAULT_MODEL
 
 DEFAULT_HW = "a100-sxm,h100-sxm,h200,b200"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from torchsim.cli import UsageError
 from torchsim.cli.outputs import add_output_options
-from torchsim.models.registry import DEFAULT_MODEL
+from torchsim.models import DEFAULT_MODEL
 
 
 def register(sub: Any) -> None:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from torchsim.cli import UsageError
 
@@ -37,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.set_defaults(func=_show)
 
 
-def _token_ids(args: argparse.Namespace, vocab_size: int) -> torch.Tensor:
+def _token_ids(args: argparse.Namespace, vocab_size: int) -> Any:
+    import torch
+
     if args.batch <= 0 or args.seq <= 0:
         raise UsageError(f"--batch and --seq must be > 0, got {args.batch} and {args.seq}")
     return torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
@@ -68,6 +69,8 @@ def _record(args: argparse.Namespace) -> int:
         cfg = get_config(args.model)
         if not isinstance(cfg, MixtralConfig):
             raise UsageError(f"model {args.model!r} has no MoE layers; give a Mixtral-family config")
+        import torch
+
         model = build_mixtral(cfg, device="cpu", dtype=torch.float32, seed=args.seed)
         counts = record_routing(model, [_token_ids(args, cfg.vocab_size)], source=f"hook:{args.model}")
         model_name = args.model

@@ -1,6 +1,8 @@
-"""torchsim.models: the built-in model definitions (Llama-3 family, Mixtral), HF configs, MoE routing counts.
+"""torchsim.models: the built-in model definitions (Llama-3 family and Mixtral on a common decoder base), HF
+configs and MoE routing counts.
 
-Importing the package registers the MoE fusion patterns with lowering (moe_patterns.py).
+Light on purpose (the command line reads DEFAULT_MODEL without importing torch); the model modules import torch.
+The MoE fusion patterns register with lowering when mixtral.py (which defines the MoE modules) is imported.
 """
 
-from torchsim.models import moe_patterns as moe_patterns  # noqa: F401  (registers its patterns on import)
+DEFAULT_MODEL = "llama3-8b"  # what `torchsim predict` and `torchsim.predict()` run without a model name

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torchsim.models import moe_patterns  # noqa: F401  (registers the router/align/combine fusions with lowering)
 from torchsim.models.decoder import DecoderConfig, DecoderForCausalLM
 from torchsim.models.registry import register_builder, register_family, register_model
 

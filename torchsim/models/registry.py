@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torchsim.models import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported: the registry's default name
 from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
 
 _MODELS: dict[str, Callable[[], Any]] = {}
@@ -135,4 +136,3 @@ register_builder(LlamaConfig, LlamaForCausalLM)
 for _t in ("llama", "mistral"):
     register_family(_t, LlamaConfig.from_dict)
 
-DEFAULT_MODEL = "llama3-8b"

@@ -1,0 +1,42 @@
+"""The command line answers --help, argument errors and `hw` without importing torch (torch takes seconds)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import sys
+from torchsim.cli import main
+try:
+    code = main({argv!r})
+except SystemExit as exc:
+    code = exc.code
+print("torch imported" if "torch" in sys.modules else "no torch", code)
+"""
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["--help"], 0),
+    (["predict", "--help"], 0),
+    (["kernel", "gemm", "--help"], 0),
+    (["routing", "--help"], 0),
+    (["predict", "--batch", "lots"], 2),
+    (["kernel", "gemm", "--m", "x"], 2),
+    (["hw", "list"], 0),
+    (["hw", "show", "h100-sxm"], 0),
+    (["hw", "show", "no-such-gpu"], 2),
+])
+def test_no_torch_before_it_is_needed(argv: list[str], code: int) -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split()[-3:] == ["no", "torch", str(code)], out.stdout[-500:] + out.stderr[-2000:]
+
+
+def test_the_probe_sees_torch_when_a_model_is_captured() -> None:
+    """The check above can fail: a command that needs torch shows up as 'torch imported'."""
+    code = "import sys; import torchsim.models.registry; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
