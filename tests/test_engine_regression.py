@@ -12,7 +12,6 @@ import json
 import pytest
 
 from tests.engine_reference import CASES, GOLDEN, run_case
-from torchsim.sim import loop
 
 STORED = json.loads(GOLDEN.read_text())
 
@@ -21,11 +20,8 @@ def test_golden_file_covers_every_case() -> None:
     assert sorted(STORED) == sorted(CASES)
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["inlined-loop", "engine-methods"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_results_match_the_golden_file(name: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both forms of the event loop (inlined for the common configuration, or through the engine's methods)."""
-    monkeypatch.setattr(loop, "FAST", fast)
+def test_results_match_the_golden_file(name: str) -> None:
     got = json.loads(json.dumps(run_case(name)))  # the same normalisation the golden file went through
     want = STORED[name]
     assert len(got) == len(want)

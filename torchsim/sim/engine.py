@@ -28,7 +28,7 @@ from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, curre
 from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, R_QUEUE, Prepared, full_sps, prepare
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult
-from torchsim.sim.state import EV_LAUNCH, EV_WAKE, W_DATA, CtaState, SmState, gpu_units
+from torchsim.sim.state import EV_LAUNCH, EV_WAKE, CtaState, SmState, gpu_units
 from torchsim.sim.summary import STALLS, diagnose, summarize
 
 
@@ -204,15 +204,15 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.next_cta += 1
         return True
 
-    def _launch(self, sm_idx: int, cta_index: int, t: int) -> None:
+    def _launch(self, sm_idx: int, cta_index: int, t: int) -> CtaState:
+        """CTA `cta_index` becomes resident on SM `sm_idx` at `t` (the event loop readies its roots)."""
         ci, row = self.pending[cta_index]
-        p = self.preps[ci]
-        cta = CtaState(cta_index, p, ci, self.kernel.classes[ci].params[row], self.sms[sm_idx], t, self.info[ci])
+        cta = CtaState(cta_index, self.preps[ci], ci, self.kernel.classes[ci].params[row], self.sms[sm_idx], t,
+                       self.info[ci])
         self.resident[cta_index] = cta
         self.cta_sm[cta_index] = sm_idx
         self.policies[sm_idx].launched(cta_index, self.group_nodes[ci], t)
-        for j in p.roots:
-            self._ready(cta, j, t)
+        return cta
 
     def _retire(self, cta: CtaState, t: int) -> None:
         sm = cta.smo
@@ -245,14 +245,6 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         if not self.is_dirty[sm]:
             self.is_dirty[sm] = True
             self.dirty.append(sm)
-
-    def _complete(self, cta: CtaState, j: int, t: int) -> None:
-        succ = cta.prep.data_succ[j]
-        if succ:
-            self._release(cta, succ, W_DATA, t)
-        cta.remaining -= 1
-        if cta.remaining == 0:
-            self._retire(cta, t)
 
     # -- main loop --------------------------------------------------------------------------------------
     def run(self) -> KernelResult:

@@ -1,13 +1,15 @@
-"""The engine's event loop: per cycle, the completions, SM wake-ups and launches due (in scheduling order), then
+"""The engine's event loop, the one implementation of the node lifecycle (ready -> issued -> executing ->
+completed): per cycle, the completions, readiness, SM wake-ups and launches due (in scheduling order), then
 issue rounds (synchronisation nodes, then marked SMs in index order) until quiet.
 
-Called by torchsim.sim.engine._Engine.run: the simulator's hot path. For the common configuration (a built-in
-non-throttling order, no clusters: `fast`) the loop inlines what the engine's methods `_ready`, `_try_issue`,
-`_issue`, `_issue_sync` and `_memory` do, with every piece of state in a local variable (factoring the copies
-back into closures costs 5-8% on GEMM and attention runs); other configurations call those methods. The inlined
-form also releases the data edges of a node whose data successors all join queues when it issues, effective at
-its completion, instead of scheduling a completion event (most nodes of attention kernels). Both forms give the
-same results: tests run every golden case (tests/data/engine_golden.json) through each.
+Called by torchsim.sim.engine._Engine.run: the simulator's hot path. The state touched per node lives in local
+variables, and what every node does is written inline (a call per node costs 3-5% on GEMM and attention runs).
+The rare configurations are branches on flags fixed for the run: a sorting or throttling issue policy and
+thread-block clusters scan an SM through `IssueMixin._choose` and wake it at the cycles that scan names
+(`general`); cluster barriers and DSMEM go through torchsim.sim.clusters; LDGs through the L1 and a profile's
+own memory system through torchsim.sim.memory. A node whose data successors all join queues releases those
+edges when it issues, effective at its completion (EV_READY then), and needs no completion event (most nodes
+of attention kernels).
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ from math import ceil
 from typing import Any
 
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
-from torchsim.sim.memory import K_LDG, K_PIPE, K_WRITE
-from torchsim.sim.prepare import R_INSTANT, R_QUEUE, R_WAIT
+from torchsim.sim.memory import K_LDG, K_PIPE, K_REMOTE, K_WRITE
+from torchsim.sim.prepare import ISSUE_ONLY, R_INSTANT, R_QUEUE
 from torchsim.sim.state import EV_DONE, EV_READY, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState
-
-FAST = True  # tests set False to run every configuration through the engine's methods
 
 
 def event_loop(eng: Any) -> int:
@@ -37,10 +37,9 @@ def event_loop(eng: Any) -> int:
     instant = eng.instant
     stalls = eng.stalls
     record = eng.record
-    ready = eng._ready
     retire = eng._retire
-    memory = eng._memory
     memsys = eng.memsys
+    l1_lat = getattr(eng, "l1_lat", 0)
     l2 = eng.l2
     l2lines = l2.lines
     l2_touch = l2lines.move_to_end
@@ -49,9 +48,16 @@ def event_loop(eng: Any) -> int:
     dram_serve = eng.dram.serve
     l2_lat = getattr(eng, "l2_lat", 0)
     dram_lat = getattr(eng, "dram_lat", 0)
-    complete = eng._complete
-    fast = FAST and eng.lazy and eng.pick != PICK_SORT
     full = eng.full
+    lazy = eng.lazy
+    # a sorting or throttling policy, or clusters: the SM scan of IssueMixin._choose, waking at what it names
+    general = not lazy or eng.pick == PICK_SORT
+    throttles = eng.throttles
+    clusters = eng.cluster > 1
+    cluster = eng.cluster
+    cluster_bars = eng.cluster_bars
+    cbar = eng.cbar
+    cbar_wait = eng.cbar_wait
     gto = eng.pick == PICK_GTO
     rr = eng.pick == PICK_RR
     plain = eng.plain_issued
@@ -62,8 +68,10 @@ def event_loop(eng: Any) -> int:
     active = sorted({sp0 for p in eng.preps for sp0 in p.sp0})
 
     def enqueue(cta: CtaState, k: int, t: int) -> None:
-        """`_ready` for a node without a barrier wait that needs a unit (fast configuration), all of whose edges
-        are now released."""
+        """Node k of cta, which needs a unit and waits on no barrier, has every edge released at t: it joins its
+        subpartition's queue (when data released at a predecessor's issue arrives later: then). An SM whose node
+        cannot issue yet is woken at the earliest cycle it could (marked instead when not `lazy`: a throttling
+        policy or clusters)."""
         x = cta.data_at[k]
         if x > t:  # data released at a predecessor's issue arrives later: ready then
             if x in cal:
@@ -86,7 +94,7 @@ def event_loop(eng: Any) -> int:
         lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
         if not u.queued and u.free_at > lb:
             lb = u.free_at
-        if lb <= t:
+        if lb <= t or not lazy:
             is_dirty[s] = True
             dirty.append(s)
         elif lb < sm.wake:
@@ -96,6 +104,27 @@ def event_loop(eng: Any) -> int:
             else:
                 cal[lb] = [wake_ev[s]]
                 push(times, lb)
+
+    def ready(cta: CtaState, k: int, t: int) -> None:
+        """Node k of cta has every edge released at t: a barrier wait short of its arrivals waits on them, a
+        synchronisation node retires in this cycle's issue rounds, any other node joins its queue."""
+        p = cta.prep
+        need = p.need[k]
+        if need:
+            b = p.barrier[k]
+            if b in cluster_bars[cta.cls]:  # counted per cluster (torchsim.sim.clusters)
+                key = (cta.seq // cluster, b)
+                if cbar.get(key, 0) < need:
+                    cbar_wait.setdefault(key, []).append((cta, k))
+                    return
+            elif cta.bar[b] < need:
+                cta.bar_wait[b].append(k)
+                return
+        if p.code[k] == ISSUE_ONLY:
+            cta.ready_t[k] = t
+            instant.append((cta, k))
+        else:
+            enqueue(cta, k, t)
 
     t = 0
     while times:
@@ -127,7 +156,7 @@ def event_loop(eng: Any) -> int:
                 lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
                 if not u.queued and u.free_at > lb:
                     lb = u.free_at
-                if lb <= t:
+                if lb <= t or not lazy:
                     is_dirty[s] = True
                     dirty.append(s)
                 elif lb < sm.wake:
@@ -146,7 +175,7 @@ def event_loop(eng: Any) -> int:
                     if n:
                         continue
                     a.why[k] = W_DATA
-                    rk = p.rkind[k] if fast else R_WAIT
+                    rk = p.rkind[k]
                     if rk == R_QUEUE:
                         enqueue(a, k, t)
                     elif rk == R_INSTANT:
@@ -157,18 +186,17 @@ def event_loop(eng: Any) -> int:
                 a.remaining -= 1
                 if a.remaining == 0:
                     retire(a, t)
-            else:
-                eng._launch(a, b, t)
+            else:  # CTA b launches on SM a
+                cta = eng._launch(a, b, t)
+                for j in cta.prep.roots:
+                    ready(cta, j, t)
         del cal[t]
         # -- issue rounds: synchronisation nodes first, then the marked SMs in index order, until quiet
         while dirty or instant:
             while instant:
                 cta, j = instant.popleft()
                 kind, g, occ, work, sio, sio_occ, osucc, arrive, extra, dq = cta.info[j]
-                if not fast or sio_occ or record:
-                    eng._issue_sync(cta, j, t)
-                    continue
-                # -- a synchronisation node retires at once (IssueMixin._issue_sync, then _complete)
+                # -- a synchronisation node retires at once, unless it moves bytes through the shared-memory port
                 rt = cta.ready_t[j]
                 gl = cta.grp_last
                 dep = rt - gl[g]
@@ -193,11 +221,25 @@ def event_loop(eng: Any) -> int:
                             instant.append((cta, k))
                         else:
                             ready(cta, k, t)
-                if arrive >= 0:  # IssueMixin._arrive: no cluster barriers when `fast`
-                    if cta.bar_wait[arrive]:
+                if arrive >= 0:
+                    if clusters or cta.bar_wait[arrive]:
                         eng._arrive(cta, arrive, t)
                     else:
                         cta.bar[arrive] += 1
+                done = t
+                if sio_occ:
+                    port = cta.smo.ulist[LDST]
+                    assert port is not None
+                    done = port.occupy(t, sio_occ, sio)[1]
+                if record:
+                    eng._record(cta, j, rt, t, t, done, dep)
+                if done > t:
+                    if done in cal:
+                        cal[done].append((EV_DONE, cta, j))
+                    else:
+                        cal[done] = [(EV_DONE, cta, j)]
+                        push(times, done)
+                    continue
                 for k in p.data_succ[j]:
                     n = pred[k] - 1
                     pred[k] = n
@@ -223,10 +265,6 @@ def event_loop(eng: Any) -> int:
                 dirty.clear()
                 for s in batch:
                     is_dirty[s] = False
-            if not fast:
-                for s in batch:
-                    eng._try_issue(sms[s], t)
-                continue
             for s in batch:
                 sm = sms[s]
                 spf = sm.sp_free
@@ -234,11 +272,28 @@ def event_loop(eng: Any) -> int:
                 ulist = sm.ulist
                 last = lasts[s]
                 queues = sm.queues
+                if general:
+                    allowed = policies[s].allowed(t) if throttles else None
+                    nxt = NEVER
                 for sp in active:
                     q = queues[sp]
-                    if not q or spf[sp] > t:
+                    if not q:
                         continue
-                    if len(q) == 1:  # one entry: it issues if its subpartitions and unit are free
+                    if spf[sp] > t:
+                        if general and spf[sp] < nxt:
+                            nxt = spf[sp]
+                        continue
+                    if general:
+                        best, w = eng._choose(sm, sp, q, t, allowed)
+                        if w < nxt:
+                            nxt = w
+                        if best is None:
+                            continue
+                        q.remove(best)
+                        if q and t + 1 < nxt:  # one issue per subpartition per cycle
+                            nxt = t + 1
+                        unit = best[4]
+                    elif len(q) == 1:  # one entry: it issues if its subpartitions and unit are free
                         best = q[0]
                         m = best[3]
                         if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
@@ -318,9 +373,9 @@ def event_loop(eng: Any) -> int:
                                     sp0, m, uid = p.qinfo[k]
                                     u = ulist[uid]
                                     queues[sp0].append((cta.base + p.group[k], k, cta, m, u))
-                                    if ((spf[sp0] if m is None else spmax if m is full else
-                                         max(map(spf.__getitem__, m))) <= t and (u.queued or u.free_at <= t)
-                                            and not is_dirty[s]):
+                                    if (not is_dirty[s] and (not lazy or (u.queued or u.free_at <= t) and (
+                                            spf[sp0] if m is None else spmax if m is full else
+                                            max(map(spf.__getitem__, m))) <= t)):
                                         is_dirty[s] = True
                                         dirty.append(s)
                                 elif rkind[k] == R_INSTANT:
@@ -329,11 +384,13 @@ def event_loop(eng: Any) -> int:
                                 else:
                                     ready(cta, k, t)
                     if arrive >= 0:
-                        if cta.bar_wait[arrive]:
+                        if clusters or cta.bar_wait[arrive]:
                             eng._arrive(cta, arrive, t)
                         else:
                             cta.bar[arrive] += 1
-                    if kind == K_PIPE:
+                    if kind == K_REMOTE:  # DSMEM (torchsim.sim.clusters)
+                        start, done = t, eng._remote(cta, j, unit, t)
+                    else:  # take the unit (a pipe or a memory front end): Pipeline.occupy, inlined
                         start = unit.free_at
                         if t > start:
                             start = t
@@ -343,79 +400,66 @@ def event_loop(eng: Any) -> int:
                         pt = unit.partner
                         if pt is not None and pt.free_at < end:
                             pt.free_at = end
-                        done = end + unit.latency
-                    elif kind == K_LDG or memsys is not None:
-                        done, start = memory(unit, cta, j, t, kind, occ, work, extra)
-                    else:  # a global read/write past L1 (MemoryMixin._memory; DSMEM nodes are never `fast`)
-                        x = unit.free_at
-                        if t > x:
-                            x = t
-                        fe_end = x + occ
-                        unit.free_at = fe_end
-                        unit.busy_work += work
-                        pt = unit.partner
-                        if pt is not None and pt.free_at < fe_end:
-                            pt.free_at = fe_end
-                        keys = cta.keys
-                        key = keys[j] if j in keys else (cta.prep.name, j, cta.seq)
-                        if key in l2lines:  # LruCache.access
-                            l2_touch(key)
-                            l2.hits += 1
-                            l2.hit_bytes += work
-                            hit = True
-                        else:
-                            l2.misses += 1
-                            l2.miss_bytes += work
-                            l2lines[key] = work
-                            l2.used += work
-                            while l2.used > l2.capacity and l2lines:
-                                l2.used -= l2_evict(False)[1]
-                            hit = False
-                        x = l2srv.free_at
-                        if t > x:
-                            x = t
-                        dur = work / l2srv.bytes_per_cycle
-                        l2_end = l2srv.free_at = x + dur
-                        l2srv.bytes += work
-                        l2srv.busy_cycles += dur
-                        if l2_end > fe_end:  # max(fe_end, l2_end[, dram end]) without the slow builtin
-                            fe_end = l2_end
-                        if kind == K_WRITE:
-                            dram_serve(t, work)  # write-back traffic; the store completes at L2
-                            done = fe_end + l2_lat + extra
-                            ideal = l2_lat + extra + occ
-                        elif hit:
-                            done = fe_end + l2_lat + extra
-                            ideal = l2_lat + extra + occ
-                        else:
-                            x = dram_serve(t, work)
-                            done = (x if x > fe_end else fe_end) + dram_lat + extra
-                            ideal = dram_lat + extra + occ
-                        done = ceil(done)
-                        start = done - t - ideal
-                        if start > 0:
-                            stalls[5] += start
-                            start += t
-                        else:
-                            start = t
+                        if kind == K_PIPE:
+                            done = end + unit.latency
+                        elif memsys is not None:
+                            done, start = eng._memsys(cta, j, t, end, work, kind != K_WRITE)
+                        elif kind == K_LDG and (miss := eng._l1_miss(unit, cta, j, t, work, occ)) is None:
+                            start, done = t, end + l1_lat  # every line hits the SM's L1
+                        else:  # a global read or write past L1: L2, then DRAM on a miss
+                            if kind == K_LDG:  # only the missing lines go on to L2
+                                work, occ = miss
+                            keys = cta.keys
+                            key = keys[j] if j in keys else (cta.prep.name, j, cta.seq)
+                            if key in l2lines:  # LruCache.access
+                                l2_touch(key)
+                                l2.hits += 1
+                                l2.hit_bytes += work
+                                hit = True
+                            else:
+                                l2.misses += 1
+                                l2.miss_bytes += work
+                                l2lines[key] = work
+                                l2.used += work
+                                while l2.used > l2.capacity and l2lines:
+                                    l2.used -= l2_evict(False)[1]
+                                hit = False
+                            x = l2srv.free_at  # BandwidthServer.serve
+                            if t > x:
+                                x = t
+                            dur = work / l2srv.bytes_per_cycle
+                            l2_end = l2srv.free_at = x + dur
+                            l2srv.bytes += work
+                            l2srv.busy_cycles += dur
+                            if l2_end > end:  # max(front end, L2[, DRAM]) without the slow builtin
+                                end = l2_end
+                            if kind == K_WRITE:
+                                dram_serve(t, work)  # write-back traffic; the store completes at L2
+                                lat = l2_lat
+                            elif hit:
+                                lat = l2_lat
+                            else:
+                                x = dram_serve(t, work)
+                                if x > end:
+                                    end = x
+                                lat = dram_lat
+                            done = ceil(end + lat + extra)
+                            start = done - t - (lat + extra + occ)  # queueing beyond the unloaded latency
+                            if start > 0:
+                                stalls[5] += start
+                                start += t
+                            else:
+                                start = t
                     if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
                         port = ulist[LDST]
-                        x = port.free_at
-                        if t > x:
-                            x = t
-                        end = x + sio_occ
-                        port.free_at = end
-                        port.busy_work += sio
-                        pt = port.partner
-                        if pt is not None and pt.free_at < end:
-                            pt.free_at = end
+                        assert port is not None
+                        end = port.occupy(t, sio_occ, sio)[1]
                         if end > done:
                             done = end
                     if record:
                         eng._record(cta, j, rt, t, start, done, dep)
-                    if done <= t:
-                        complete(cta, j, t)
-                    elif dq is None:
+                    # done > t: a unit takes at least a cycle (Pipeline.occupancy)
+                    if dq is None:
                         if done in cal:
                             cal[done].append((EV_DONE, cta, j))
                         else:
@@ -442,6 +486,15 @@ def event_loop(eng: Any) -> int:
                                 else:
                                     cal[x] = [(EV_READY, cta, k)]
                                     push(times, x)
+                if general and not lazy:  # wake at the earliest cycle the scan named, unless one is due before
+                    if nxt < sm.wake:
+                        sm.wake = nxt
+                        if nxt in cal:
+                            cal[nxt].append(wake_ev[s])
+                        else:
+                            cal[nxt] = [wake_ev[s]]
+                            push(times, nxt)
+                    continue
                 if is_dirty[s]:  # looked at again this cycle
                     continue
                 # the earliest cycle anything left could issue replaces any pending wake-up (IssueMixin._try_issue)

@@ -39,9 +39,9 @@ class CtaState:
         self.params = params
         self.pred = list(prep.indeg)  # edges not yet released, per node
         # per node: the cycle its last data arrives from predecessors whose data edges were released at their
-        # issue (the inlined loop does so when every data successor of a node joins a queue; 0: none)
+        # issue (the event loop does so when every data successor of a node joins a queue; 0: none)
         self.data_at = [0] * prep.n
-        self.remaining = prep.n  # nodes not yet completed (the inlined loop counts such a node at its issue)
+        self.remaining = prep.n  # nodes not yet completed (the event loop counts such a node at its issue)
         self.bar = [0] * len(prep.barrier_names)
         self.bar_wait: list[list[int]] = [[] for _ in prep.barrier_names]
         self.ready_t = [t] * prep.n
@@ -63,7 +63,7 @@ class SmState:
         self.units = units
         self.ulist: list[Pipeline | None] = [units.get(u) for u in range(max(Unit) + 1)]  # indexed by Unit
         self.sp_free = [0] * nsp  # cycle each subpartition can issue again
-        self.spmax = 0  # max(sp_free), kept by the inlined event loop (torchsim.sim.loop): last issue cycle + 1
+        self.spmax = 0  # max(sp_free), kept by the event loop (torchsim.sim.loop): last issue cycle + 1
         # ready entries per subpartition: (age, node, cta, multi, unit: this SM's Pipeline the node runs on)
         self.queues: list[list[tuple[int, int, CtaState, Any, Pipeline]]] = [[] for _ in range(nsp)]
         self.wake = NEVER  # cycle of its pending wake-up
