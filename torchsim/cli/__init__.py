@@ -2,14 +2,20 @@
 
 Each module in COMMANDS defines `register(subparsers)`, adding its parser with `set_defaults(func=...)`;
 `func(args)` returns the exit status. Errors a user caused (bad shapes, unknown names) are `UsageError`s
-or `ValueError`s and print as one clear line, exit status 2.
+or `ValueError`s and print as one clear line, exit status 2. Ctrl-C and SIGTERM stop the command within a
+second (worker processes are terminated, temporary files removed, existing outputs left as they were) and
+exit 130 / 143 with one line; a closed stdout (`| head`) ends quietly. Anything else is a bug: one line asking
+for a report, the traceback with `--debug`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+from typing import Any
 
 COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep")
 
@@ -18,9 +24,17 @@ class UsageError(ValueError):
     """Bad input from the command line; printed without a traceback."""
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that `with` blocks (atomic writes, worker pools) clean up."""
+
+
+REPORT_URL = "the torchsim issue tracker"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchsim", description="Predict PyTorch model and kernel performance "
                                      "on GPUs and Tensix accelerators without the hardware.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"torchsim.cli.{name}").register(sub)
@@ -30,12 +44,47 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        from torchsim.cli.paths import check_outputs
+
+        check_outputs(args)  # before any work: a bad output path fails in a second, not after the simulation
         return int(args.func(args) or 0)
     except (UsageError, ValueError, KeyError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            return _quiet_after_broken_pipe()
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"torchsim {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"torchsim {args.command}: interrupted; no output was changed", file=sys.stderr)
+        return 130
+    except Terminated:
+        print(f"torchsim {args.command}: terminated; no output was changed", file=sys.stderr)
+        return 143
+    except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
+        if args.debug:
+            raise
+        print(f"torchsim {args.command}: internal error ({type(exc).__name__}: {exc}); please report it to "
+              f"{REPORT_URL} with the command line (rerun with --debug for the traceback)", file=sys.stderr)
+        return 70
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _quiet_after_broken_pipe() -> int:
+    """The reader of stdout went away (`| head`): stop quietly; point stdout at /dev/null so the interpreter's
+    final flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor: nothing to redirect
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,9 +11,9 @@ import argparse
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from torchsim.cli.paths import nodes_path as nodes_path  # re-exported for callers of the writers
 from torchsim.exports.adapt import kernel_detail, kernel_record
 from torchsim.exports.parquet import write_kernels, write_nodes
 from torchsim.exports.perfetto import write_trace
@@ -27,6 +27,8 @@ def add_output_options(p: argparse.ArgumentParser, detail: bool = False) -> None
                    help="Parquet kernels table (single kernels also write PATH's .nodes.parquet sibling)")
     g.add_argument("--perfetto", metavar="PATH", default=None, help="Perfetto trace (open at ui.perfetto.dev)")
     g.add_argument("--plot", metavar="PATH", default=None, help="PNG chart (needs matplotlib: the plot extra)")
+    g.add_argument("--force-format", action="store_true",
+                   help="write the formats above even when a path's extension names another format")
     if detail:
         g.add_argument("--detail", metavar="N", type=int, default=0,
                        help="with --perfetto: add kernel detail views of the N slowest distinct kernels")
@@ -35,13 +37,6 @@ def add_output_options(p: argparse.ArgumentParser, detail: bool = False) -> None
 def wants_records(args: argparse.Namespace) -> bool:
     """Whether the simulation must record node events (the kernel CLI passes this to simulate(record=...))."""
     return bool(getattr(args, "perfetto", None) or getattr(args, "parquet", None))
-
-
-def nodes_path(parquet_path: str) -> str:
-    """`run.parquet` -> `run.nodes.parquet`: where a single kernel's nodes table goes."""
-    p = Path(parquet_path)
-    stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.name
-    return str(p.with_name(stem + ".nodes.parquet"))
 
 
 def _line(what: str, path: str | os.PathLike[str], seconds: float, extra: str = "") -> str:

@@ -41,6 +41,8 @@ def register(sub: Any) -> None:
     p.add_argument("--dtype", default="bf16", help="kernel: bf16, fp16, fp8")
     p.add_argument("--out", required=True, help="Parquet file to write (one row per point)")
     p.add_argument("--plot", default=None, help="also write a PNG of the total against the knobs")
+    p.add_argument("--force-format", action="store_true", help="write even when a path's extension names another "
+                   "format")
     p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
     p.add_argument("--executor", default="local", choices=("local", "ray"), help="local process pool, or Ray tasks")
     p.add_argument("--ray-address", default=None, help="Ray cluster HOST:PORT (default: start a local Ray)")

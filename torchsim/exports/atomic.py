@@ -20,8 +20,9 @@ class OutputError(OSError):
     """An output file could not be written; the message names the path and the reason."""
 
 
-def _check_destination(path: Path) -> Path:
-    """The directory that will hold `path`, after checking that a file can be created there."""
+def check_destination(path: Path) -> Path:
+    """The directory that will hold `path`, after checking that a file can be created there (and that an
+    existing `path` is a regular file: a device, FIFO or socket is never replaced by one)."""
     if str(path) == "" or path.name in ("", ".", ".."):
         raise OutputError(f"output path {str(path)!r} names no file")
     directory = path.parent if str(path.parent) else Path(".")
@@ -31,6 +32,9 @@ def _check_destination(path: Path) -> Path:
         raise OutputError(f"cannot write {path}: {directory} is not a directory")
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a directory; give a file name")
+    if path.exists() and not path.is_file():
+        raise OutputError(f"cannot write {path}: it exists and is not a regular file (a device, FIFO or socket); "
+                          f"torchsim replaces only regular files")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {path}: directory {directory} is not writable")
     return directory
@@ -73,7 +77,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
         b'hello'
     """
     target = Path(path)
-    directory = _check_destination(target)
+    directory = check_destination(target)
     mode = _final_mode(target)
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=directory)

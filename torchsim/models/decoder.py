@@ -8,6 +8,7 @@ that capture reads are written once here, the way PyTorch eager and HF `transfor
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -17,6 +18,14 @@ from torch import nn
 
 Segment = tuple[str, nn.Module, tuple[Any, ...]]  # (module path, module, example args)
 ConfigT = TypeVar("ConfigT", bound="DecoderConfig")  # a family's own config type (typing.Self needs 3.11)
+
+
+# Upper bounds on the sizes a config may give: far above any published model (Llama-3.1-405B: 126 layers, hidden
+# 16384, vocab 128256, context 131072), low enough that a typo fails at once instead of allocating or simulating
+# for hours.
+_SIZE_LIMITS = {"hidden_size": 1 << 17, "intermediate_size": 1 << 20, "num_hidden_layers": 4096,
+                "num_attention_heads": 4096, "num_key_value_heads": 4096, "vocab_size": 1 << 24,
+                "max_position_embeddings": 1 << 24}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +51,15 @@ class DecoderConfig:
     name: str = "decoder"
 
     def __post_init__(self) -> None:
-        for f in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                  "num_key_value_heads", "vocab_size", "max_position_embeddings"):
-            self._check_positive(f)
+        for f, limit in _SIZE_LIMITS.items():
+            self._check_positive(f, limit)
+        if self.head_dim is not None:
+            self._check_positive("head_dim", _SIZE_LIMITS["hidden_size"])
+        self._check_real("rope_theta", low=0.0, high=1e12)
+        self._check_real("rms_norm_eps", low=0.0, high=1.0)
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError(f"model config {self.name!r}: field 'tie_word_embeddings' must be true or false, got "
+                             f"{self.tie_word_embeddings!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"model config {self.name!r}: num_attention_heads ({self.num_attention_heads}) must be "
                              f"a multiple of num_key_value_heads ({self.num_key_value_heads})")
@@ -54,10 +69,21 @@ class DecoderConfig:
         if self.head_dim_value % 2:
             raise ValueError(f"model config {self.name!r}: head_dim ({self.head_dim_value}) must be even for RoPE")
 
-    def _check_positive(self, field: str) -> None:
+    def _check_positive(self, field: str, limit: int) -> None:
         value = getattr(self, field)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ValueError(f"model config {self.name!r}: field {field!r} must be a positive integer, got {value!r}")
+        if value > limit:
+            raise ValueError(f"model config {self.name!r}: field {field!r} = {value} is above torchsim's limit of "
+                             f"{limit} (far above any published model; a typo?)")
+
+    def _check_real(self, field: str, *, low: float, high: float) -> None:
+        """A finite number in (low, high); strings, booleans and NaN are named, not passed on to torch."""
+        value = getattr(self, field)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or not low < value < high:
+            raise ValueError(f"model config {self.name!r}: field {field!r} must be a finite number between {low:g} "
+                             f"and {high:g} (exclusive), got {value!r}")
 
     @property
     def head_dim_value(self) -> int:

@@ -40,7 +40,7 @@ class MixtralConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         for f in ("num_local_experts", "num_experts_per_tok"):
-            self._check_positive(f)
+            self._check_positive(f, 1 << 16)
         if self.num_experts_per_tok > self.num_local_experts:
             raise ValueError(f"model config {self.name!r}: num_experts_per_tok ({self.num_experts_per_tok}) exceeds "
                              f"num_local_experts ({self.num_local_experts})")

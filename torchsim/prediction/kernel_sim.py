@@ -8,16 +8,16 @@ budget are simulated at two smaller K and extrapolated, and calls without a temp
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchsim.lowering.fallback import roofline, work
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.prediction.cache import DiskCache
+from torchsim.prediction.workers import worker_pool
 
 DEFAULT_MAX_SIM_EVENTS = 200_000  # node executions one simulation may take (~150k/s on an idle core today)
 
@@ -142,8 +142,7 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
         workers = max(1, min(4, (os.cpu_count() or 1) - 1)) if heavy and len(todo) > 1 else 1
     bar = _bar(len(todo), progress, f"simulating {len(todo)} kernels on {getattr(hw, 'name', hw)}")
     if workers > 1 and len(todo) > 1:
-        ctx = multiprocessing.get_context("fork")  # no re-import of __main__; the engine holds no threads
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with worker_pool(workers) as pool:  # workers stop with the command (Ctrl-C, SIGTERM, an error)
             futures = {pool.submit(_simulate, c, hw, max_events): c for c in todo}
             for fut in as_completed(futures):
                 _store(futures[fut], hw, max_events, fut.result(), disk)

@@ -8,14 +8,13 @@ a cluster address that does not answer is an error within seconds, never a hang.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import socket
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from torchsim.prediction.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, simulate_launches
+from torchsim.prediction.workers import worker_pool
 
 EXECUTORS = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0
@@ -60,9 +59,8 @@ def run_jobs(jobs: Sequence[tuple[Any, Any]], *, executor: str = "local", worker
                 out.append(simulate_job(j, max_events))
                 bar.update(1)
             return out
-        ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules; the engine holds no threads
         chunks = list(_chunks(jobs, workers))
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with worker_pool(workers) as pool:  # workers stop with the command (Ctrl-C, SIGTERM, an error)
             for chunk in pool.map(_simulate_chunk, chunks, [max_events] * len(chunks)):
                 out.extend(chunk)
                 bar.update(len(chunk))

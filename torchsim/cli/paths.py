@@ -1,0 +1,52 @@
+"""Output and input paths of a command, checked before any work starts (cli.main calls `check_outputs`).
+
+Light on purpose (no pyarrow, no torch): it runs for every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from torchsim.exports.atomic import OutputError, check_destination
+
+# output option -> (format, extensions it may have); --force-format skips the extension check
+OUTPUT_FORMATS = {"parquet": ("Parquet", (".parquet", ".pq")), "out": ("Parquet", (".parquet", ".pq")),
+                  "perfetto": ("Perfetto trace", (".pftrace", ".perfetto-trace", ".perfetto", ".trace", ".pb")),
+                  "plot": ("PNG", (".png",))}
+INPUT_OPTIONS = ("model", "hw", "routing", "measurements", "checkpoint", "requests")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before any work: each output path can be written (its directory exists and is writable), has its format's
+    extension, is a regular file if it exists (a device, FIFO or socket is refused), and no two outputs, or an
+    output and an input, are one file. Raises OutputError naming the option and the path."""
+    outputs: list[tuple[str, Path]] = []
+    for opt, (fmt, exts) in OUTPUT_FORMATS.items():
+        value = getattr(args, opt, None)
+        if not value:
+            continue
+        path = Path(value)
+        if path.suffix.lower() not in exts and not getattr(args, "force_format", False):
+            raise OutputError(f"--{opt} {value}: writes {fmt}, so the name should end in {' or '.join(exts)} "
+                              f"(or pass --force-format)")
+        check_destination(path)
+        outputs.append((f"--{opt}", path))
+        if opt == "parquet" and getattr(args, "command", "") == "kernel":
+            outputs.append(("--parquet (its nodes table)", Path(nodes_path(value))))
+    inputs = [(f"--{opt}" if opt != "model" else "the model config", Path(v)) for opt in INPUT_OPTIONS
+              if isinstance(v := getattr(args, opt, None), str) and v and Path(v).exists()]
+    seen: dict[Path, str] = {}
+    for what, path in outputs + inputs:
+        key = path.resolve()
+        if key in seen:
+            raise OutputError(f"{what} and {seen[key]} are the same file ({path}); give each output its own path, "
+                              f"never an input's")
+        seen[key] = what
+
+
+def nodes_path(parquet_path: str) -> str:
+    """`run.parquet` -> `run.nodes.parquet`: where a single kernel's nodes table goes."""
+    p = Path(parquet_path)
+    stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.name
+    return str(p.with_name(stem + ".nodes.parquet"))
