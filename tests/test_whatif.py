@@ -100,3 +100,32 @@ def test_sweep_style_numbers_and_aliases() -> None:
     assert hw.sm_count.source.startswith("what-if sweep point 3")
     with pytest.raises(WhatIfError, match="sweep point 3.*tensor_inflight_subops"):
         derive_profile(base, {"tensor_inflight_subops": 0}, where="sweep point 3")
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ('base = "h100-sxm"\ndram_bytes_per_s = "1e-300 B/s"\n', ["dram_bytes_per_s", "10000x"]),
+    ('base = "h100-sxm"\nsm_count = "lots"\n', ["'lots' is not a number", '"132 SMs"']),
+    ('base = "h100-sxm"\nsm_count = true\n', ["sm_count", "True"]),
+    ('base = "h100-sxm"\ntma_bytes_per_clk_per_sm = "0 B/clk/SM"\n', ["tma_bytes_per_clk_per_sm", "> 0"]),
+    ('base = "h100-sxm"\nx = ' + "{a = " * 600 + "1" + "}" * 600 + "\n", ["nested too deeply"]),
+])
+def test_hostile_files_get_one_clear_error(tmp_path: Path, body: str, words: list[str]) -> None:
+    p = write(tmp_path, body)
+    with pytest.raises(WhatIfError) as err:
+        load_whatif(p, builtin_profile)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_binary_file_is_named(tmp_path: Path) -> None:
+    p = tmp_path / "bin.toml"
+    p.write_bytes(b"\x80\x81\x00 base")
+    with pytest.raises(WhatIfError, match="bin.toml: not a text file"):
+        load_whatif(p, builtin_profile)
+
+
+def test_a_bare_count_is_read_in_its_unit(tmp_path: Path) -> None:
+    hw = load_whatif(write(tmp_path, 'base = "h100-sxm"\nsm_count = 66\n'), builtin_profile)
+    assert hw.sms == 66
+    with pytest.raises(WhatIfError, match="give a unit"):
+        load_whatif(write(tmp_path, 'base = "h100-sxm"\ndram_bytes_per_s = 4e12\n'), builtin_profile)

@@ -31,6 +31,24 @@ class Terminated(BaseException):
 REPORT_URL = "the torchsim issue tracker"
 
 
+def int_in(low: int, high: int | None = None, what: str = "") -> Any:
+    """An argparse `type` for an integer in [low, high]: `--top -1` is an error naming the option and the range
+    (the bounds above are resource limits: far beyond any real scenario, they stop a typo from running for hours).
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}{' (' + what + ')' if what else ''}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchsim", description="Predict PyTorch model and kernel performance "
                                      "on GPUs and Tensix accelerators without the hardware.")
@@ -43,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2): a status, not an exit
+        return exc.code if isinstance(exc.code, int) else 2
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         from torchsim.cli.paths import check_outputs

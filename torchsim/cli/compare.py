@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from torchsim.cli import UsageError
+from torchsim.cli import UsageError, int_in
 from torchsim.cli.outputs import add_output_options, write_prediction_outputs
 from torchsim.exports.adapt import kernel_detail
 from torchsim.exports.from_prediction import prediction_records
@@ -29,15 +29,15 @@ def register(sub: Any) -> None:
                        description="Side-by-side TTFT, TPOT, tokens/s, top kernels and bound per hardware profile.")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"model name (default {DEFAULT_MODEL})")
     p.add_argument("--hw", default=DEFAULT_HW, help=f"comma-separated hardware profiles (default {DEFAULT_HW})")
-    p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
-    p.add_argument("--decode", type=int, default=128, help="decode steps (default 128)")
-    p.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    p.add_argument("--prompt", type=int_in(1, 1 << 20), default=2048, help="prompt tokens per sequence (default 2048)")
+    p.add_argument("--decode", type=int_in(0, 1 << 20), default=128, help="decode steps (default 128)")
+    p.add_argument("--batch", type=int_in(1, 1 << 16), default=1, help="sequences per step (default 1)")
     p.add_argument("--preset", default="serving", choices=("serving", "eager"), help="kernel fusion preset")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
-    p.add_argument("--top", type=int, default=5, help="top kernels listed per profile (default 5)")
-    p.add_argument("--workers", type=int, default=None, help="processes simulating kernels (default: auto)")
+    p.add_argument("--top", type=int_in(0), default=5, help="top kernels listed per profile (default 5)")
+    p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object per profile")
     add_output_options(p, detail=True)
     p.set_defaults(func=run)
@@ -47,9 +47,11 @@ def parse_hw_list(text: str) -> list[Any]:
     """Profiles named in a comma-separated list; unknown names raise KeyError listing the known ones."""
     from torchsim.hwmodels import get_profile
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
+    names = [n.strip() for n in text.split(",")]
+    if not any(names):
         raise UsageError(f"--hw needs at least one profile name, got {text!r}")
+    if not all(names):
+        raise UsageError(f"--hw {text!r} has an empty item; separate profile names with single commas")
     if len(set(names)) != len(names):
         raise UsageError(f"--hw names a profile twice: {text!r}")
     return [get_profile(n) for n in names]

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError
+from torchsim.cli import UsageError, int_in
 from torchsim.cli.outputs import add_output_options, wants_records, write_kernel_outputs
 from torchsim.hwmodels import get_profile
 from torchsim.sim import POLICIES, KernelResult, simulate
@@ -33,13 +33,32 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="gto", choices=sorted(POLICIES), help="warp issue policy")
     p.add_argument("--sms", type=int, default=None, help="restrict the launch to this many SMs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--max-events", type=int_in(1), default=None,
+                   help=f"simulate kernels up to this many node executions (default {MAX_EVENTS:,})")
     add_output_options(p)
+
+
+MAX_DIM = 1 << 24  # a shape dimension above this is a typo, not a kernel (and would exhaust memory building it)
+MAX_EVENTS = 50_000_000  # node executions `torchsim kernel` simulates without --max-events (~2-5 min here)
 
 
 def positive(name: str, value: int | None) -> int:
     if value is None or value <= 0:
         raise UsageError(f"--{name} must be a positive integer, got {value}")
+    if value > MAX_DIM:
+        raise UsageError(f"--{name} {value} is above torchsim's limit of {MAX_DIM} for one dimension")
     return int(value)
+
+
+def check_size(kernel: Any, args: argparse.Namespace) -> None:
+    """Refuse, before simulating, a kernel whose node executions exceed the limit (the error says how to lift it)."""
+    from torchsim.prediction.kernel_sim import graph_events
+
+    events, limit = graph_events(kernel), getattr(args, "max_events", None) or MAX_EVENTS
+    if events > limit:
+        raise UsageError(f"{kernel.name} would take {events:,} node executions to simulate (limit {limit:,}, about "
+                         f"{events / 200_000 / 60:.0f} min on one core); pass --max-events {events} to run it, or "
+                         f"use `torchsim predict`, which extrapolates large kernels")
 
 
 def emit_outputs(args: argparse.Namespace, launches: list[tuple[Any, KernelResult]]) -> None:
@@ -53,6 +72,7 @@ def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] 
     hw = get_profile(args.hw)
     if args.sms is not None:
         positive("sms", args.sms)
+    check_size(kernel, args)
     res = simulate(kernel, hw, policy=args.policy, record=wants_records(args), max_sms=args.sms)
     report(res, kernel, args, extra or {})
     if export:

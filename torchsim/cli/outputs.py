@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torchsim.cli import int_in
 from torchsim.cli.paths import nodes_path as nodes_path  # re-exported for callers of the writers
 from torchsim.exports.adapt import kernel_detail, kernel_record
 from torchsim.exports.parquet import write_kernels, write_nodes
@@ -30,7 +31,7 @@ def add_output_options(p: argparse.ArgumentParser, detail: bool = False) -> None
     g.add_argument("--force-format", action="store_true",
                    help="write the formats above even when a path's extension names another format")
     if detail:
-        g.add_argument("--detail", metavar="N", type=int, default=0,
+        g.add_argument("--detail", metavar="N", type=int_in(0, 1000), default=0,
                        help="with --perfetto: add kernel detail views of the N slowest distinct kernels")
 
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError
+from torchsim.cli import UsageError, int_in
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
 
@@ -22,10 +22,11 @@ def register(sub: Any) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"model name (see `--list`) or path to an HF config.json (default {DEFAULT_MODEL})")
     p.add_argument("--hw", default="h100-sxm", help="hardware profile (default h100-sxm; `torchsim hw list`)")
-    p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
-    p.add_argument("--decode", type=int, default=128, help="decode steps (default 128)")
-    p.add_argument("--kv", type=int, default=None, help="KV length at the first decode step (default: --prompt)")
-    p.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    p.add_argument("--prompt", type=int_in(1, 1 << 20), default=2048, help="prompt tokens per sequence (default 2048)")
+    p.add_argument("--decode", type=int_in(0, 1 << 20), default=128, help="decode steps (default 128)")
+    p.add_argument("--kv", type=int_in(0, 1 << 24), default=None,
+                   help="KV length at the first decode step (default: --prompt)")
+    p.add_argument("--batch", type=int_in(1, 1 << 16), default=1, help="sequences per step (default 1)")
     p.add_argument("--preset", default="serving", choices=("serving", "eager"),
                    help="kernel fusion: serving (vLLM/TensorRT-LLM-like) or eager (one kernel per ATen op)")
     p.add_argument("--launch", default=None, choices=("cuda-graphs", "eager"),
@@ -43,10 +44,10 @@ def register(sub: Any) -> None:
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--decode-samples", type=int, default=3, help="decode steps simulated (others interpolated)")
-    p.add_argument("--workers", type=int, default=None, help="processes simulating kernels (default: auto)")
+    p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--policy", default="gto", help="warp issue policy: gto, rr, lrr, two-level, ccws")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel cache")
-    p.add_argument("--top", type=int, default=12, help="rows of each kernel table (0: all)")
+    p.add_argument("--top", type=int_in(0), default=12, help="rows of each kernel table (0: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object (ttft_ms, tpot_ms, kernels, ...)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the model names and exit")

@@ -38,7 +38,11 @@ COUNTS = frozenset({"sm_count", "subpartitions_per_sm", "max_threads_per_sm", "m
 POSITIVE = frozenset({"clock_hz", "dram_bytes_per_s", "dram_peak_bytes_per_s", "l2_bytes_per_s",
                       "tensor_bf16_flop_per_clk_per_sm", "smem_per_sm_bytes", "smem_per_cta_bytes",
                       "fma_flop_per_clk_per_sm", "sfu_ops_per_clk_per_sm", "ldst_bytes_per_clk_per_sm",
-                      "tensor_subop_flop", "tensor_latency_cycles", "l2_bytes"})
+                      "tensor_subop_flop", "tensor_latency_cycles", "l2_bytes", "tma_bytes_per_clk_per_sm",
+                      "tmem_bytes_per_clk_per_sm"})
+# how far a what-if may move a number from its base (either way): beyond it, a typo (1e-300 B/s) would overflow
+# the engine's cycle arithmetic instead of exploring a design
+MAX_RATIO = 1e4
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "u": 1e-6,
            "µ": 1e-6, "n": 1e-9, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 
@@ -71,16 +75,20 @@ def parse_value(raw: Any, q: Quantity, field: str, where: str, bare_numbers: boo
         parts = raw.strip().split(None, 1)
         value, unit = parts[0], parts[1] if len(parts) > 1 else None
     elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        value, unit = raw, q.unit if bare_numbers else None  # sweeps give numbers in the field's unit
+        # sweeps give numbers in the field's unit; a file may give a bare count (sm_count = 66), never a bare rate
+        value, unit = raw, q.unit if bare_numbers or field in COUNTS else None
     else:
         raise WhatIfError(f"{where}: field {field}: expected \"<number> {q.unit}\" or {{value=..., unit=...}}, "
                           f"got {raw!r}")
-    if unit is None:
-        raise WhatIfError(f"{where}: field {field}: give a unit, e.g. {field} = \"{value} {q.unit}\"")
+    example = f"{field} = \"{q.value:g} {q.unit}\""
+    if isinstance(value, bool):
+        raise WhatIfError(f"{where}: field {field}: true/false is not a number; e.g. {example}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise WhatIfError(f"{where}: field {field}: {value!r} is not a number") from None
+        raise WhatIfError(f"{where}: field {field}: {value!r} is not a number; e.g. {example}") from None
+    if unit is None:
+        raise WhatIfError(f"{where}: field {field}: give a unit, e.g. {field} = \"{value} {q.unit}\"")
     return number * unit_scale(str(unit), q.unit, field, where), note
 
 
@@ -97,15 +105,18 @@ def unit_scale(unit: str, base_unit: str, field: str, where: str) -> float:
                       f"(valid: {base_unit!r}, optionally with a prefix such as k, M, G, T, Ki, Mi, n, u)")
 
 
-def check_value(field: str, value: float, unit: str, where: str) -> None:
+def check_value(field: str, value: float, unit: str, where: str, base: float | None = None) -> None:
     if not math.isfinite(value):
         raise WhatIfError(f"{where}: field {field}: {value} is not a finite number")
+    if base is not None and base > 0 and value > 0 and not 1 / MAX_RATIO <= value / base <= MAX_RATIO:
+        raise WhatIfError(f"{where}: field {field}: {value:g} {unit} is more than {MAX_RATIO:g}x away from the "
+                          f"base's {base:g} {unit}; what-ifs explore designs within that range")
     if value < 0:
         raise WhatIfError(f"{where}: field {field}: {value:g} {unit} is negative")
     if field in COUNTS:
         if value < 1 or value != int(value):
             raise WhatIfError(f"{where}: field {field}: {value:g} {unit} must be a whole number >= 1")
-    elif field in POSITIVE and value <= 0:
+    elif field in POSITIVE and value <= 0 and value != base:
         raise WhatIfError(f"{where}: field {field}: {value:g} {unit} must be > 0")
 
 
@@ -132,7 +143,7 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
             raise WhatIfError(f"{where}: unknown profile field {raw_field!r} for base {base.name!r}{hint}")
         q = fields[field]
         value, note = parse_value(raw, q, field, where, bare_numbers)
-        check_value(field, value, q.unit, where)
+        check_value(field, value, q.unit, where, float(q.value))
         if field in COUNTS:
             value = int(value)
         src = f"what-if {where}: {field} = {raw if not isinstance(raw, (int, float)) else f'{value:g} {q.unit}'}"
@@ -169,9 +180,13 @@ def load_whatif(path: str | Path, builtin: Callable[[str], Any]) -> Any:
     if not p.is_file():
         raise FileNotFoundError(f"what-if hardware file {str(path)!r} does not exist")
     try:
-        doc = tomllib.loads(p.read_text())
+        doc = tomllib.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise WhatIfError(f"{p}: not a text file (byte {exc.start} is not UTF-8); a what-if profile is TOML") from None
     except tomllib.TOMLDecodeError as exc:
         raise WhatIfError(f"{p}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise WhatIfError(f"{p}: tables nested too deeply to be a profile (a what-if is flat: field = value)") from None
     base_name = doc.get("base")
     if not isinstance(base_name, str):
         raise WhatIfError(f"{p}: needs `base = \"<profile>\"` naming a built-in profile (e.g. \"h100-sxm\")")

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
+from torchsim.cli import int_in
 from torchsim.cli.kernel import add_common, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
@@ -42,7 +43,7 @@ def register(sub: Any) -> None:
                         "b200 fa4)")
     p.add_argument("--block-m", type=int, default=None, help="query rows per CTA")
     p.add_argument("--block-n", type=int, default=None, help="keys per K/V block")
-    p.add_argument("--stages", type=int, default=None, help="K/V buffers in shared memory")
+    p.add_argument("--stages", type=int_in(1, 32), default=None, help="K/V buffers in shared memory")
     add_common(p)
     p.set_defaults(func=_run)
 

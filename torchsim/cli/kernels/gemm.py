@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torchsim.cli import UsageError
-from torchsim.cli.kernel import add_common, positive, run_and_report
+from torchsim.cli import UsageError, int_in
+from torchsim.cli.kernel import MAX_EVENTS, add_common, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.hwmodels.gpu import Arch
@@ -28,9 +28,10 @@ def register(sub: Any) -> None:
                    help="pipeline organisation (default: the architecture's usual one)")
     p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue])
     p.add_argument("--tile", default=None, help="BMxBNxBK, e.g. 128x256x64")
-    p.add_argument("--stages", type=int, default=None, help="pipeline stages")
+    p.add_argument("--stages", type=int_in(1, 32), default=None, help="pipeline stages")
     p.add_argument("--no-persistent", action="store_true", help="one CTA per output tile")
-    p.add_argument("--tiles-per-cta", type=int, default=None, help="persistent grid with this many tiles per CTA")
+    p.add_argument("--tiles-per-cta", type=int_in(1, 1 << 16), default=None,
+                   help="persistent grid with this many tiles per CTA")
     t = p.add_argument_group("Tenstorrent profiles (wormhole-*, blackhole-*)")
     t.add_argument("--fidelity", default=None, help="math fidelity: LoFi, HiFi2, HiFi3, HiFi4 (default: the "
                    "weight format's usual one)")
@@ -50,6 +51,14 @@ TENSIX_ONLY = ("fidelity", "grid", "in1_dtype", "out_dtype")
 def _run(args: argparse.Namespace) -> int:
     for d in ("m", "n", "k", "batch"):
         positive(d, getattr(args, d))
+    # before building: ~3 node executions per 128x128 output tile per 64-deep K step (a graph this large takes
+    # minutes to build, not only to simulate)
+    estimate = -(-args.m // 128) * -(-args.n // 128) * -(-args.k // 64) * args.batch * 3
+    limit = args.max_events or MAX_EVENTS
+    if estimate > limit:
+        raise UsageError(f"a {args.batch}x{args.m}x{args.n}x{args.k} GEMM is about {estimate:,} node executions "
+                         f"(limit {limit:,}); pass --max-events {estimate} to simulate it, or use `torchsim predict`, "
+                         f"which extrapolates large GEMMs")
     hw = get_profile(args.hw)
     dtype = DType.parse(args.dtype)
     if hw.arch is Arch.TENSIX:

@@ -10,11 +10,12 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from torchsim.cli import UsageError
 from torchsim.cli.kernel import add_common, emit_outputs, positive, report
 from torchsim.cli.outputs import wants_records
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
-from torchsim.lowering.templates.elementwise import elementwise, embedding, rope, silu_mul
+from torchsim.lowering.templates.elementwise import OP_COST, elementwise, embedding, known_op, rope, silu_mul
 from torchsim.lowering.templates.norms import softmax
 from torchsim.lowering.templates.reductions import argmax, reduce, router_topk
 from torchsim.sim import simulate
@@ -28,7 +29,7 @@ KINDS: dict[str, tuple[str, list[tuple[str, str]], Build]] = {
     "elementwise": ("PyTorch vectorised elementwise kernel (residual add, casts, copies)",
                     [("numel", "elements per tensor"), ("inputs", "input tensors (default 2)"),
                      ("outputs", "output tensors (default 1)")],
-                    lambda a, d, hw: elementwise(a.numel, a.inputs, a.outputs, a.op, d, hw)),
+                    lambda a, d, hw: elementwise(a.numel, a.inputs, a.outputs, _op(a.op), d, hw)),
     "softmax": ("softmax over the last dimension", [("rows", "rows"), ("cols", "row length")],
                 lambda a, d, hw: softmax(a.rows, a.cols, d, hw)),
     "rope": ("rotary embedding in place on Q and K (vLLM)",
@@ -98,3 +99,10 @@ def _bandwidth(kg: KernelGraph, hw: Any, time_s: float) -> dict[str, float]:
     eff = kg.dram_bytes / time_s
     return {"effective_gb_per_s": eff / 1e9, "pct_of_hbm_peak": 100 * eff / float(hw.dram_peak_bytes_per_s.value),
             "pct_of_sustained": 100 * eff / hw.dram_bytes_per_s_value}
+
+
+def _op(op: str) -> str:
+    if not known_op(op):
+        raise UsageError(f"--op {op!r} is not an elementwise op torchsim prices; known: {', '.join(sorted(OP_COST))} "
+                         f"(and copies: copy, cat, clone, ...)")
+    return op

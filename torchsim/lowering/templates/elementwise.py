@@ -39,12 +39,25 @@ OP_COST: dict[str, tuple[float, float]] = {
 }
 
 
+_COPIES = ("cat", "to", "clone", "contiguous", "index", "gather", "stack")
+
+
+def _op_key(op: str) -> str:
+    return op.lower().removeprefix("aten.").split(".")[0].strip("_")
+
+
+def known_op(op: str) -> bool:
+    """Whether `op` has a cost of its own (the command line refuses others; lowering prices them as 'add')."""
+    key = _op_key(op)
+    return key in OP_COST or "copy" in key or "cache" in key or key in _COPIES
+
+
 def op_cost(op: str) -> tuple[float, float]:
     """Cost of an ATen-style op name ('add', 'silu', 'aten.mul.Tensor', 'kv_cache_write')."""
-    key = op.lower().removeprefix("aten.").split(".")[0].strip("_")
+    key = _op_key(op)
     if key in OP_COST:
         return OP_COST[key]
-    if "copy" in key or "cache" in key or key in ("cat", "to", "clone", "contiguous", "index", "gather", "stack"):
+    if "copy" in key or "cache" in key or key in _COPIES:
         return OP_COST["copy"]
     return OP_COST["add"]
 
