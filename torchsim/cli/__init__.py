@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep")
+COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep", "calibrate")
 
 
 class UsageError(ValueError):
