@@ -21,10 +21,10 @@ from torchsim.calibration.fit import (
 from torchsim.calibration.params import FULL_PARAMS, QUICK_PARAMS, CalibrationError, resolve
 from torchsim.exports.atomic import write_bytes_atomic
 from torchsim.hwmodels import get_profile
-from torchsim.validation.predict_row import KERNEL_CATEGORIES, Prediction
+from torchsim.validation.predict_row import KERNEL_CATEGORIES, Prediction, shape_of
 from torchsim.validation.published import Row, read_rows
 
-QUICK_MAX_FLOPS = 2e11  # quick mode fits the rows up to this many FLOPs (the rest take most of the time)
+QUICK_MAX_FLOPS = 1e11  # quick mode fits the rows of known work up to this many FLOPs (the rest take most of the time)
 
 
 @dataclass
@@ -50,7 +50,10 @@ def _flops(r: Row) -> float:
         return 2.0 * p.get("batch", 1) * (p.get("M") or 0) * (p.get("N") or 0) * (p.get("K") or 0)
     if r.category == "moe_grouped_gemm":
         return 2.0 * (p.get("groups") or 0) * (p.get("M_per_group") or 0) * (p.get("N") or 0) * (p.get("K") or 0)
-    return 0.0  # attention rows: the template's own FLOP count decides in predict_row's quick filter
+    if r.category == "attention":
+        shape = shape_of(r)
+        return shape.flops() if shape is not None else 0.0
+    return 0.0
 
 
 def calibrate(hw_name: str, measurements: str | Path, params: Sequence[str] | None = None, *, quick: bool = True,
@@ -70,9 +73,10 @@ def calibrate(hw_name: str, measurements: str | Path, params: Sequence[str] | No
     if other:
         notes.append(f"{other} row(s) of other categories (end-to-end, microbenchmark) are not fitted here")
     if quick:
-        small = [r for r in kernel if _flops(r) <= QUICK_MAX_FLOPS]
+        small = [r for r in kernel if 0 < _flops(r) <= QUICK_MAX_FLOPS]
         if len(small) < len(kernel):
-            notes.append(f"quick: {len(kernel) - len(small)} row(s) above {QUICK_MAX_FLOPS:.0e} FLOPs left out "
+            notes.append(f"quick: {len(kernel) - len(small)} row(s) above {QUICK_MAX_FLOPS:.0e} FLOPs or without a "
+                         f"stated shape (sweep peaks) left out: {', '.join(r.id for r in kernel if r not in small)} "
                          f"(--full fits every row)")
         kernel = small
     names = list(params) if params else list(QUICK_PARAMS if quick else FULL_PARAMS)

@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
                    "default: a quick set (dram_bytes_per_s and the launch gaps), or a larger one with --full")
     p.add_argument("--out", default=None, help="what-if TOML to write (atomically; nothing on failure)")
     p.add_argument("--full", action="store_true", help="every row and a finer search (slow); default quick: rows "
-                   "up to 2e11 FLOPs, a 5-point grid, one sweep")
+                   "up to 1e11 FLOPs, a 5-point grid, one sweep")
     p.add_argument("--min-rows", type=int, default=3, help="rows a parameter must move to be fitted (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_run)
