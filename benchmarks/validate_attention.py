@@ -28,6 +28,9 @@ def main() -> None:
     ap.add_argument("--csv", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="skip rows above 2e12 FLOPs")
     ap.add_argument("--loso", action="store_true", help="add the fitted and leave-one-source-out MAPE")
+    ap.add_argument("--loso-params", default="launch_overhead_s,graph_launch_overhead_s",
+                    help="parameters --loso fits per profile (default: the launch gaps, which cost no simulation; "
+                    "add dram_bytes_per_s to fit the DRAM efficiency too, a few simulations per row)")
     args = ap.parse_args()
     preds: list[Prediction] = []
     print(f"{'id':<9} {'profile':<9} {'kernel':<19} {'shape (b,h,s,d)':<20} {'metric':<9} {'timing':<16} "
@@ -52,8 +55,9 @@ def main() -> None:
     fitted = held = None
     if args.loso:
         from torchsim.calibration.run import loso_for
-        print("\ncalibration (quick parameter set, per profile):")
-        fitted, held = loso_for(preds, log=print)
+        names = [x.strip() for x in args.loso_params.split(",") if x.strip()]
+        print(f"\ncalibration of {', '.join(names)} per profile:")
+        fitted, held = loso_for(preds, names, log=print)
     print(f"\nMAPE per group ({time.time() - t0:.0f} s):")
     print("\n".join(summary(preds, 34, fitted, held)))
 

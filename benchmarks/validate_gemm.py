@@ -6,7 +6,8 @@ Each row is simulated with the default tile heuristic of its architecture (what 
 the predicted device time goes through the row's timing method (torchsim/validation/timing.py: a kernel
 profiler sees the device time, CUDA events around eager calls add the back-to-back launch gap, ...) and is
 compared in the row's metric (TFLOPS or time). Rows whose dtype torchsim does not model (nvfp4) are listed as
-skipped. `--loso` adds the calibrated in-sample fit and leave-one-source-out figures (quick parameter set).
+skipped. `--loso` adds the calibrated in-sample fit and leave-one-source-out figures (by default of the launch
+gaps; --loso-params).
 Not a pass/fail test: a report.
 """
 
@@ -26,6 +27,9 @@ def main() -> None:
     ap.add_argument("--csv", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="skip rows above 2e12 FLOPs")
     ap.add_argument("--loso", action="store_true", help="add the fitted and leave-one-source-out MAPE")
+    ap.add_argument("--loso-params", default="launch_overhead_s,graph_launch_overhead_s",
+                    help="parameters --loso fits per profile (default: the launch gaps, which cost no simulation; "
+                    "add dram_bytes_per_s to fit the DRAM efficiency too, a few simulations per row)")
     args = ap.parse_args()
     preds: list[Prediction] = []
     print(f"{'id':<9} {'profile':<9} {'dtype':<9} {'shape':<26} {'metric':<7} {'timing':<16} {'measured':>10} "
@@ -47,8 +51,9 @@ def main() -> None:
     fitted = held = None
     if args.loso:
         from torchsim.calibration.run import loso_for
-        print("\ncalibration (quick parameter set, per profile):")
-        fitted, held = loso_for(preds, log=print)
+        names = [x.strip() for x in args.loso_params.split(",") if x.strip()]
+        print(f"\ncalibration of {', '.join(names)} per profile:")
+        fitted, held = loso_for(preds, names, log=print)
     print(f"\nMAPE per group ({time.time() - t0:.0f} s of simulation):")
     print("\n".join(summary(preds, 22, fitted, held)))
 
