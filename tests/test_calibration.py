@@ -140,3 +140,13 @@ def test_parameters_are_physical_fields_with_bounds() -> None:
         if getattr(hw, "tensor_pj_per_flop_bf16", None) is not None:
             raise CalibrationError("has no field 'tensor_pj_per_flop_bf16' (field exists: nothing to check)")
         resolve(["tensor_pj_per_flop_bf16"], hw, explicit=True)
+
+
+def test_loso_with_one_source_predicts_with_the_profile_values(synthetic: Path) -> None:
+    base = get_profile("h100-sxm")
+    rows = [r for r in read_rows(synthetic, strict=True) if r.source_key == "deepseek-ai/DeepGEMM README.md"]
+    plist, _ = resolve(["launch_overhead_s"], base, explicit=True)
+    ev = Evaluator(base, plist)
+    loso = leave_one_source_out(ev, rows)
+    assert set(loso.held_out) == {r.id for r in rows}
+    assert loso.folds["deepseek-ai/DeepGEMM README.md"]["launch_overhead_s"] == float(base.launch_overhead_s.value)

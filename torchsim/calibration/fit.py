@@ -196,11 +196,12 @@ def leave_one_source_out(ev: Evaluator, rows: Sequence[Row], **kw: Any) -> Loso:
     folds: dict[str, dict[str, float]] = {}
     for src in sorted(by_source):
         train = [r for r in rows if r.source_key != src]
-        if not train:
-            continue
-        res = fit(ev, train, **kw)
-        folds[src] = res.values
-        held.update(ev.predictions(by_source[src], res.values))
+        if train:
+            values = fit(ev, train, **kw).values
+        else:  # the only source: nothing to fit it from, the profile's own values predict it
+            values = {p.field: float(getattr(ev.base, p.field).value) for p in ev.params}
+        folds[src] = values
+        held.update(ev.predictions(by_source[src], values))
     return Loso(held, folds)
 
 
