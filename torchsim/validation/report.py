@@ -21,6 +21,8 @@ def summary(preds: Sequence[Prediction], width: int = 34, fitted: Mapping[str, P
             f = f"{fit[g][1]:6.1f}%" if g in fit else "   n/a"
             lo = f"{loso[g][1]:6.1f}%" if g in loso else "   n/a"
             line += f"   fitted {f}   LOSO {lo}"
+            if g in fit and fit[g][0] != count:
+                line += f"  (fitted/LOSO over n={fit[g][0]}: sweep peaks are not fitted)"
         out.append(line)
     return out
 
