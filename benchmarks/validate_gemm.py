@@ -1,10 +1,14 @@
 """GEMM predictions beside the published GPU GEMM rows of ../shared/validation/published_dev.csv, MAPE per group.
 
-    python benchmarks/validate_gemm.py [--quick] [--csv PATH]
+    python benchmarks/validate_gemm.py [--quick] [--loso] [--csv PATH]
 
 Each row is simulated with the default tile heuristic of its architecture (what a tuned library would pick);
-its metric (TFLOPS or time) is compared with ours. Rows whose dtype torchsim does not model (nvfp4) are listed
-as skipped. Not a pass/fail test: a report.
+the predicted device time goes through the row's timing method (torchsim/validation/timing.py: a kernel
+profiler sees the device time, CUDA events around eager calls add the back-to-back launch gap, ...) and is
+compared in the row's metric (TFLOPS or time). Rows whose dtype torchsim does not model (nvfp4) are listed as
+skipped. `--loso` adds the calibrated in-sample fit and leave-one-source-out figures (by default of the launch
+gaps; --loso-params).
+Not a pass/fail test: a report.
 """
 
 from __future__ import annotations
@@ -13,51 +17,45 @@ import argparse
 import time
 from pathlib import Path
 
-from torchsim.hwmodels import get_profile
-from torchsim.lowering.templates import gemm
-from torchsim.sim import simulate
-from torchsim.validation.published import dtype_of, grouped_mape, rows
+from torchsim.validation.predict_row import Prediction, Skip, predict
+from torchsim.validation.published import rows
+from torchsim.validation.report import methods_legend, summary
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="skip rows above 2e12 FLOPs")
+    ap.add_argument("--loso", action="store_true", help="add the fitted and leave-one-source-out MAPE")
+    ap.add_argument("--loso-params", default="launch_overhead_s,graph_launch_overhead_s",
+                    help="parameters --loso fits per profile (default: the launch gaps, which cost no simulation; "
+                    "add dram_bytes_per_s to fit the DRAM efficiency too, a few simulations per row)")
     args = ap.parse_args()
-    results = []
-    print(f"{'id':<9} {'profile':<9} {'dtype':<9} {'shape':<26} {'metric':<7} {'measured':>10} {'predicted':>10} "
-          f"{'err%':>7}  bound")
+    preds: list[Prediction] = []
+    print(f"{'id':<9} {'profile':<9} {'dtype':<9} {'shape':<26} {'metric':<7} {'timing':<16} {'measured':>10} "
+          f"{'predicted':>10} {'err%':>7}  bound")
     t0 = time.time()
     for r in rows("gemm", args.csv):
-        prof = r.profile
-        if prof is None:
+        if r.profile is None:
             continue
-        dtype = dtype_of(r.dtype)
-        p = r.params
-        m, n, k, batch = p.get("M"), p.get("N"), p.get("K"), p.get("batch", 1)
-        if dtype is None or not (m and n and k):
-            print(f"{r.id:<9} skipped: {r.dtype} not modelled")
+        p = predict(r, quick=args.quick)
+        if isinstance(p, Skip):
+            if not p.quiet:
+                print(f"{r.id:<9} skipped: {p.reason}")
             continue
-        flops = 2.0 * batch * m * n * k
-        if args.quick and flops > 2e12:
-            continue
-        hw = get_profile(prof[0])
-        res = simulate(gemm(m, n, k, dtype, hw, batch=batch, shared_b=False), hw)
-        if r.metric == "tflops":
-            pred, meas = res.tflops, r.value
-        elif r.metric in ("time_us", "time_ms"):
-            scale = 1e3 if r.metric == "time_ms" else 1.0
-            pred, meas = res.time_us / scale, r.value
-        else:
-            continue
-        group = f"{prof[0]} {dtype.name.lower()}"
-        results.append((group, pred, meas))
-        shape = f"{batch}x{m}x{n}x{k}"
-        print(f"{r.id:<9} {prof[0]:<9} {dtype.name.lower():<9} {shape:<26} {r.metric:<7} {meas:>10.3f} {pred:>10.3f} "
-              f"{100 * (pred - meas) / meas:>+7.1f}  {res.bound}")
+        preds.append(p)
+        dt, shape = p.device.cols
+        print(f"{r.id:<9} {p.profile:<9} {dt:<9} {shape:<26} {r.metric:<7} {p.method.name:<16} {p.measured:>10.3f} "
+              f"{p.predicted:>10.3f} {100 * p.err:>+7.1f}  {p.device.bound}")
+    print("\ntiming methods:\n" + "\n".join(methods_legend(preds)))
+    fitted = held = None
+    if args.loso:
+        from torchsim.calibration.run import loso_for
+        names = [x.strip() for x in args.loso_params.split(",") if x.strip()]
+        print(f"\ncalibration of {', '.join(names)} per profile:")
+        fitted, held = loso_for(preds, names, log=print)
     print(f"\nMAPE per group ({time.time() - t0:.0f} s of simulation):")
-    for g, (count, err) in sorted(grouped_mape(results).items()):
-        print(f"  {g:<22} n={count:<3} MAPE {err:6.1f}%")
+    print("\n".join(summary(preds, 22, fitted, held)))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Grouped-GEMM predictions beside the published moe_grouped_gemm rows of ../shared/validation/published_dev.csv.
 
-    python benchmarks/validate_moe.py [--quick] [--csv PATH]
+    python benchmarks/validate_moe.py [--quick] [--loso] [--csv PATH]
 
 Each row (DeepGEMM FP8 grouped GEMMs on H800, run on the h100-sxm profile) becomes `groups` experts of
 `M_per_group` rows each: the contiguous layout is exactly that; the masked (decode) layout computes each group's
 valid rows only, which the published shapes fill. DeepGEMM's per-128-channel FP8 scale promotion on the CUDA cores
-is not modelled. MAPE is printed per group (hardware, dtype, layout). Not a pass/fail test: a report.
+is not modelled. The predicted device time goes through the row's timing method (torchsim/validation/timing.py).
+MAPE is printed per group (hardware, dtype, layout); `--loso` adds the calibrated in-sample fit and
+leave-one-source-out figures. Not a pass/fail test: a report.
 """
 
 from __future__ import annotations
@@ -14,55 +16,43 @@ import argparse
 import time
 from pathlib import Path
 
-from torchsim.hwmodels import get_profile
-from torchsim.lowering.templates.grouped_gemm import grouped_gemm, load_balance
-from torchsim.sim import simulate
-from torchsim.validation.published import dtype_of, grouped_mape, rows
-
-
-def layout_of(workload: str) -> str:
-    w = workload.lower()
-    return "masked" if "masked" in w else "contiguous" if "contiguous" in w else "grouped"
+from torchsim.validation.predict_row import Prediction, Skip, predict
+from torchsim.validation.published import rows
+from torchsim.validation.report import methods_legend, summary
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="skip rows above 2e12 FLOPs")
+    ap.add_argument("--loso", action="store_true", help="add the fitted and leave-one-source-out MAPE")
+    ap.add_argument("--loso-params", default="launch_overhead_s,graph_launch_overhead_s",
+                    help="parameters --loso fits per profile (default: the launch gaps, which cost no simulation; "
+                    "add dram_bytes_per_s to fit the DRAM efficiency too, a few simulations per row)")
     args = ap.parse_args()
-    results = []
+    preds: list[Prediction] = []
     print(f"{'id':<9} {'profile':<9} {'dtype':<9} {'layout':<10} {'groups x M x N x K':<24} {'metric':<7} "
-          f"{'measured':>9} {'predicted':>9} {'err%':>7}  {'bound':<16} tail idle")
+          f"{'timing':<16} {'measured':>9} {'predicted':>9} {'err%':>7}  {'bound':<16} tail idle")
     t0 = time.time()
     for r in rows("moe_grouped_gemm", args.csv):
-        prof = r.profile
-        p = r.params
-        groups, m, n, k = p.get("groups"), p.get("M_per_group"), p.get("N"), p.get("K")
-        if prof is None or not (groups and m and n and k):
-            print(f"{r.id:<9} skipped: hardware {r.hardware!r} or shape {p} not modelled")
+        p = predict(r, quick=args.quick) if r.profile is not None else Skip(f"hardware {r.hardware!r} not modelled")
+        if isinstance(p, Skip):
+            if not p.quiet:
+                print(f"{r.id:<9} skipped: {p.reason}")
             continue
-        dtype = dtype_of(r.dtype)
-        flops = 2.0 * groups * m * n * k
-        if args.quick and flops > 2e12:
-            continue
-        hw = get_profile(prof[0])
-        res = simulate(grouped_gemm((m,) * groups, n, k, dtype, hw), hw)
-        if r.metric == "tflops":
-            pred, meas = res.tflops, r.value
-        elif r.metric in ("time_us", "time_ms"):
-            scale = 1e3 if r.metric == "time_ms" else 1.0
-            pred, meas = res.time_us / scale, r.value
-        else:
-            continue
-        layout = layout_of(r.workload)
-        results.append((f"{prof[0]} {dtype.name.lower()} {layout}", pred, meas))
-        shape = f"{groups}x{m}x{n}x{k}"
-        tail = load_balance(res).get("tail_idle_share", 0.0)
-        print(f"{r.id:<9} {prof[0]:<9} {dtype.name.lower():<9} {layout:<10} {shape:<24} {r.metric:<7} {meas:>9.1f} "
-              f"{pred:>9.1f} {100 * (pred - meas) / meas:>+7.1f}  {res.bound:<16} {100 * tail:.0f}%")
+        preds.append(p)
+        dt, layout, shape = p.device.cols
+        print(f"{r.id:<9} {p.profile:<9} {dt:<9} {layout:<10} {shape:<24} {r.metric:<7} {p.method.name:<16} "
+              f"{p.measured:>9.1f} {p.predicted:>9.1f} {100 * p.err:>+7.1f}  {p.device.bound:<16} {p.device.extra}")
+    print("\ntiming methods:\n" + "\n".join(methods_legend(preds)))
+    fitted = held = None
+    if args.loso:
+        from torchsim.calibration.run import loso_for
+        names = [x.strip() for x in args.loso_params.split(",") if x.strip()]
+        print(f"\ncalibration of {', '.join(names)} per profile:")
+        fitted, held = loso_for(preds, names, log=print)
     print(f"\nMAPE per group ({time.time() - t0:.0f} s of simulation):")
-    for g, (count, err) in sorted(grouped_mape(results).items()):
-        print(f"  {g:<34} n={count:<3} MAPE {err:6.1f}%")
+    print("\n".join(summary(preds, 34, fitted, held)))
 
 
 if __name__ == "__main__":

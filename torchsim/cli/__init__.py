@@ -17,7 +17,7 @@ import signal
 import sys
 from typing import Any
 
-COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep")
+COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep", "calibrate")
 
 
 class UsageError(ValueError):

@@ -8,6 +8,10 @@ with the file (or the sweep point) as their source.
     name = "h100-fast-hbm"                  # optional
     dram_bytes_per_s = "4.7e12 B/s"         # value and unit in one string ...
     sm_count = {value = 144, unit = "SMs"}  # ... or a table (an optional `note` is kept)
+
+    [provenance.dram_bytes_per_s]           # optional: where an overridden number comes from
+    kind = "calibrated"                     # a provenance kind (default `assumed`)
+    source = "torchsim calibrate: fitted to published_dev.csv rows GEMM-001, ..."
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the tomli backport (same API)
     import tomli as tomllib
 
-from torchsim.hwmodels.quantity import Quantity
+from torchsim.hwmodels.quantity import KINDS, Quantity
 
-RESERVED = ("base", "name", "description")
+RESERVED = ("base", "name", "description", "provenance")
 # knob spellings people use for a field (the issue's `hbm_bandwidth`)
 ALIASES = {"hbm_bandwidth": "dram_bytes_per_s", "hbm_bytes_per_s": "dram_bytes_per_s",
            "clock": "clock_hz", "sms": "sm_count", "l2_bandwidth": "l2_bytes_per_s"}
@@ -121,11 +125,13 @@ def check_value(field: str, value: float, unit: str, where: str, base: float | N
 
 
 def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name: str | None = None,
-                   description: str | None = None, bare_numbers: bool = True) -> Any:
+                   description: str | None = None, bare_numbers: bool = True,
+                   provenance: Mapping[str, Any] | None = None) -> Any:
     """`base` with `overrides` ({field: "5e12 B/s" | {value, unit} | number in the field's unit}) applied.
 
     A file must give units (`bare_numbers=False`). Each new number is `assumed` with `where` (the file, the
-    sweep point) as its source. Raising the sustained
+    sweep point) as its source, unless `provenance` gives the field's {kind, source} (a calibrated what-if
+    records the rows it was fitted to). Raising the sustained
     DRAM bandwidth above the base's peak raises the peak by the same factor, so a what-if need not set both.
 
     >>> from torchsim.hwmodels import get_profile
@@ -135,6 +141,7 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
     """
     fields = override_fields(base)
     changes: dict[str, Quantity] = {}
+    prov = _check_provenance(provenance or {}, {canonical(f) for f in overrides}, where)
     for raw_field, raw in overrides.items():
         field = canonical(raw_field)
         if field not in fields:
@@ -147,7 +154,8 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
         if field in COUNTS:
             value = int(value)
         src = f"what-if {where}: {field} = {raw if not isinstance(raw, (int, float)) else f'{value:g} {q.unit}'}"
-        changes[field] = Quantity(value, q.unit, "assumed", src, note or f"was {q.value:g} {q.unit} ({q.kind})")
+        kind, src = prov.get(field, ("assumed", src))
+        changes[field] = Quantity(value, q.unit, kind, src, note or f"was {q.value:g} {q.unit} ({q.kind})")
     sustained, peak = changes.get("dram_bytes_per_s"), fields.get("dram_peak_bytes_per_s")
     if sustained is not None and peak is not None and "dram_peak_bytes_per_s" not in changes:
         base_sustained = fields["dram_bytes_per_s"].value
@@ -168,6 +176,22 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
         return dataclasses.replace(base, **changes, **extra)
     except ValueError as exc:
         raise WhatIfError(f"{where}: the overrides make an inconsistent profile: {exc}") from None
+
+
+def _check_provenance(provenance: Mapping[str, Any], overridden: set[str], where: str) -> dict[str, tuple[str, str]]:
+    out = {}
+    for raw_field, entry in provenance.items():
+        field = canonical(raw_field)
+        if field not in overridden:
+            raise WhatIfError(f"{where}: [provenance.{raw_field}] names a field the file does not override")
+        if not isinstance(entry, Mapping) or set(entry) - {"kind", "source"} or "source" not in entry:
+            raise WhatIfError(f"{where}: [provenance.{raw_field}] needs `source` (and an optional `kind`), got "
+                              f"{entry!r}")
+        kind = str(entry.get("kind", "assumed"))
+        if kind not in KINDS:
+            raise WhatIfError(f"{where}: [provenance.{raw_field}] kind {kind!r} is not one of {', '.join(KINDS)}")
+        out[field] = (kind, str(entry["source"]))
+    return out
 
 
 def load_whatif(path: str | Path, builtin: Callable[[str], Any]) -> Any:
@@ -197,8 +221,11 @@ def load_whatif(path: str | Path, builtin: Callable[[str], Any]) -> Any:
     except KeyError as exc:
         raise WhatIfError(f"{p}: base: {exc.args[0]}") from None
     overrides = {k: v for k, v in doc.items() if k not in RESERVED}
+    provenance = doc.get("provenance", {})
+    if not isinstance(provenance, Mapping):
+        raise WhatIfError(f"{p}: `provenance` must be a table of [provenance.<field>] tables")
     if not overrides:
         raise WhatIfError(f"{p}: overrides no field of {base_name!r}; add e.g. dram_bytes_per_s = \"4.7e12 B/s\"")
     name = doc.get("name") or f"{base.name}+{p.stem}"
     return derive_profile(base, overrides, where=str(p), name=str(name), description=doc.get("description"),
-                          bare_numbers=False)
+                          bare_numbers=False, provenance=provenance)

@@ -53,28 +53,82 @@ class Row:
     value: float
     unit: str
     notes: str
+    source: str = ""
 
     @property
     def profile(self) -> tuple[str, str] | None:
         for key, prof, note in HW_MAP:
             if key in self.hardware:
                 return prof, note
+        if self.hardware.strip() in _profile_names():  # a measurement file may name a torchsim profile directly
+            return self.hardware.strip(), ""
         return None
+
+    @property
+    def source_key(self) -> str:
+        """The source a row comes from, for leave-one-source-out: its source text up to the first ' @ ', ' ('
+        or ',' (the repository file, issue or paper, without commit or section)."""
+        return source_key(self.source)
+
+
+COLUMNS = ("id", "category", "hardware", "workload", "dtype", "params_json", "metric", "value", "unit", "source",
+           "notes")
+
+
+def source_key(text: str) -> str:
+    cut = len(text)
+    for sep in (" @ ", " (", ","):
+        i = text.find(sep)
+        if 0 < i < cut:
+            cut = i
+    return text[:cut].strip()
+
+
+def _profile_names() -> frozenset[str]:
+    from torchsim.hwmodels import profile_names
+    return frozenset(profile_names())
+
+
+def read_rows(path: Path | None = None, *, strict: bool = False) -> list[Row]:
+    """Every row of a measurement file in the published_dev.csv schema.
+
+    `strict`: a file whose header lacks a column or has one the schema does not know, a row whose value is not a
+    number or whose params_json is not JSON, is an error naming it (the calibration input); otherwise such rows
+    are skipped (the published file has a few non-numeric values)."""
+    p = path or default_csv()
+    if not Path(p).is_file():
+        raise FileNotFoundError(f"measurement file {str(p)!r} does not exist")
+    out = []
+    with Path(p).open(newline="") as f:
+        reader = csv.DictReader(f)
+        header = list(reader.fieldnames or [])
+        missing = [c for c in COLUMNS if c not in header]
+        unknown = [c for c in header if c not in COLUMNS]
+        if missing or unknown:
+            raise ValueError(f"{p}: not in the published_dev.csv schema: "
+                             + "; ".join(x for x in (f"missing column(s) {', '.join(missing)}" if missing else "",
+                                                     f"unknown column(s) {', '.join(unknown)}" if unknown else "")
+                                         if x) + f" (expected: {', '.join(COLUMNS)})")
+        for line, r in enumerate(reader, start=2):
+            try:
+                value = float(r["value"])
+            except (TypeError, ValueError):
+                if strict:
+                    raise ValueError(f"{p}:{line}: row {r['id']}: value {r['value']!r} is not a number") from None
+                continue
+            try:
+                params = json.loads(r["params_json"] or "{}")
+            except json.JSONDecodeError as exc:
+                if strict:
+                    raise ValueError(f"{p}:{line}: row {r['id']}: params_json is not JSON: {exc}") from None
+                continue
+            out.append(Row(r["id"], r["category"], r["hardware"], r["workload"], r["dtype"], params, r["metric"],
+                           value, r["unit"], r["notes"] or "", r["source"] or ""))
+    return out
 
 
 def rows(category: str, path: Path | None = None) -> list[Row]:
-    out = []
-    with (path or default_csv()).open() as f:
-        for r in csv.DictReader(f):
-            if r["category"] != category:
-                continue
-            try:
-                value = float(r["value"])
-            except ValueError:
-                continue
-            out.append(Row(r["id"], r["category"], r["hardware"], r["workload"], r["dtype"],
-                           json.loads(r["params_json"] or "{}"), r["metric"], value, r["unit"], r["notes"]))
-    return out
+    return [r for r in read_rows(path) if r.category == category]
 
 
 def dtype_of(text: str) -> DType | None:

@@ -1,0 +1,47 @@
+"""`torchsim calibrate`: fit named physical parameters of a profile to a measurement file; write a what-if TOML."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from torchsim.calibration.params import PARAMS
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("calibrate", help="fit a few named physical parameters of a profile to measurements",
+                       description="Fit a small, named set of physical parameters of a GPU profile (e.g. "
+                       "dram_bytes_per_s, launch_overhead_s) to the kernel rows of a measurement file in the "
+                       "published_dev.csv schema, report the fit per group and leave-one-source-out, and write a "
+                       "what-if TOML whose numbers carry `calibrated` provenance citing the rows.")
+    p.add_argument("--hw", required=True, help="profile to calibrate, e.g. h100-sxm")
+    p.add_argument("--measurements", required=True, help="CSV in the published_dev.csv schema")
+    p.add_argument("--params", default="", help=f"comma-separated fields to fit (known: {', '.join(PARAMS)}); "
+                   "default: a quick set (dram_bytes_per_s and the launch gaps), or a larger one with --full")
+    p.add_argument("--out", default=None, help="what-if TOML to write (atomically; nothing on failure)")
+    p.add_argument("--full", action="store_true", help="every row and a finer search (slow); default quick: rows "
+                   "up to 1e11 FLOPs, a 5-point grid, one sweep")
+    p.add_argument("--min-rows", type=int, default=3, help="rows a parameter must move to be fitted (default 3)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from torchsim.calibration.run import calibrate, report_json, report_text, write_whatif
+
+    params = [x.strip() for x in args.params.split(",") if x.strip()] or None
+    c = calibrate(args.hw, args.measurements, params, quick=not args.full, min_rows=args.min_rows,
+                  log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
+    wrote = write_whatif(c, args.out) if args.out else False
+    if args.json:
+        doc = report_json(c)
+        doc["out"] = args.out if wrote else None
+        print(json.dumps(doc, indent=2))
+    else:
+        print(report_text(c))
+        if args.out:
+            print(f"\nwrote {args.out}" if wrote else f"\nno parameter moved from the profile's value: {args.out} "
+                  "not written")
+    return 0
