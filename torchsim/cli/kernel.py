@@ -95,11 +95,19 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         "sim_wall_s": res.attrs.get("wall_s"), "node_events": res.node_events,
         "tensor_datapath_fill": kernel.tensor_datapath_fill() if hasattr(kernel, "tensor_datapath_fill") else None,
     }
+    # Tenstorrent: device time (the engine's) and the host-visible time of one op per timing method
+    visible = hw.host_visible_times(res.time_s) if hasattr(hw, "host_visible_times") else None
+    if visible:
+        out["device_time_us"] = res.time_us
+        out["host_visible_us"] = {k: v * 1e6 for k, v in visible.items()}
     if args.json:
         print(json.dumps(out, default=str))
         return
     print(f"{res.name} on {res.hw}  [{out['template']}]")
     print(f"  time        {res.time_us:10.2f} us   ({res.cycles} cycles at {res.clock_hz / 1e9:.3f} GHz)")
+    if visible:
+        print("  host-seen   " + ", ".join(f"{k} {v * 1e6:.2f} us" for k, v in visible.items()) +
+              "  (one op, program cache hit)")
     if res.flops:
         pct = f" ({out['pct_of_peak']:.1f}% of dense peak)" if out["pct_of_peak"] else ""
         print(f"  throughput  {res.tflops:10.1f} TFLOPS{pct}")

@@ -11,9 +11,10 @@ from pathlib import Path
 from torchsim.exports.atomic import OutputError, check_destination
 
 # output option -> (format, extensions it may have); --force-format skips the extension check
-OUTPUT_FORMATS = {"parquet": ("Parquet", (".parquet", ".pq")), "out": ("Parquet", (".parquet", ".pq")),
+OUTPUT_FORMATS = {"parquet": ("Parquet", (".parquet", ".pq")),
                   "perfetto": ("Perfetto trace", (".pftrace", ".perfetto-trace", ".perfetto", ".trace", ".pb")),
                   "plot": ("PNG", (".png",))}
+OUT_FORMATS = {"sweep": ("Parquet", (".parquet", ".pq")), "calibrate": ("what-if TOML", (".toml",))}  # --out
 INPUT_OPTIONS = ("model", "hw", "routing", "measurements", "checkpoint", "requests")
 
 
@@ -22,7 +23,10 @@ def check_outputs(args: argparse.Namespace) -> None:
     extension, is a regular file if it exists (a device, FIFO or socket is refused), and no two outputs, or an
     output and an input, are one file. Raises OutputError naming the option and the path."""
     outputs: list[tuple[str, Path]] = []
-    for opt, (fmt, exts) in OUTPUT_FORMATS.items():
+    formats = dict(OUTPUT_FORMATS)
+    if getattr(args, "command", "") in OUT_FORMATS:
+        formats["out"] = OUT_FORMATS[args.command]
+    for opt, (fmt, exts) in formats.items():
         value = getattr(args, opt, None)
         if not value:
             continue

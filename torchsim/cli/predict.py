@@ -22,6 +22,9 @@ def register(sub: Any) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"model name (see `--list`) or path to an HF config.json (default {DEFAULT_MODEL})")
     p.add_argument("--hw", default="h100-sxm", help="hardware profile (default h100-sxm; `torchsim hw list`)")
+    p.add_argument("--grid", default=None,
+                   help="Tenstorrent profiles: compute on a COLSxROWS sub-grid of the chip (e.g. 8x8; default the "
+                   "chip's compute grid: 8x8 Wormhole, 11x10 blackhole-p150, 13x10 blackhole-p150-13x10)")
     p.add_argument("--prompt", type=int_in(1, 1 << 20), default=2048, help="prompt tokens per sequence (default 2048)")
     p.add_argument("--decode", type=int_in(0, 1 << 20), default=128, help="decode steps (default 128)")
     p.add_argument("--kv", type=int_in(0, 1 << 24), default=None,
@@ -71,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--kv must be a positive integer, got {args.kv}")
     from torchsim.sim.policy import default_policy, policy_profile
 
+    hw = _grid_profile(args)
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
-        pred = predict(args.model, policy_profile(args.hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
+        pred = predict(args.model, policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
                        dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
@@ -101,6 +105,25 @@ def run(args: argparse.Namespace) -> int:
     for line in export_predictions(args, [pred], [get_profile(args.hw)]):
         print(line)
     return 0
+
+
+def _grid_profile(args: argparse.Namespace) -> Any:
+    """The profile `--hw` names, on the `--grid` sub-grid for Tenstorrent profiles; --grid on a GPU is an error."""
+    if args.grid is None:
+        return args.hw
+    from torchsim.hwmodels import get_profile
+    from torchsim.hwmodels.gpu import Arch
+
+    hw = get_profile(args.hw)
+    if hw.arch is not Arch.TENSIX:
+        raise UsageError(f"--grid is a Tenstorrent option; {hw.name} is a GPU profile (use a Tensix profile such "
+                         "as wormhole-n150 or blackhole-p150)")
+    from torchsim.hwmodels.tensix.profiles import tensix_with_grid
+
+    try:
+        return tensix_with_grid(hw, args.grid)
+    except ValueError as exc:
+        raise UsageError(f"--grid: {exc}") from None
 
 
 def _print_table(rows: list[dict[str, Any]], title: str) -> None:

@@ -35,8 +35,8 @@ VECTORS_PER_TILE = TILE_ELEMENTS // 32  # 32 datums per SFPLOAD (facts.csv sfpu.
 def unit_specs(hw: TensixSpec, fidelity: MathFidelity) -> dict[int, tuple[str, float, int, bool]]:
     """Per-core pipelines: unit -> (name, work per cycle, latency cycles, queued)."""
     return {
-        Unit.UNPACKER: ("unpacker", float(hw.unpackers) * float(hw.unpacker_bytes_per_clk),
-                        int(hw.unpack_setup_cycles), False),
+        # one pipeline for both unpackers: they share L1's read bandwidth (unpack_l1_bytes_per_clk)
+        Unit.UNPACKER: ("unpacker", float(hw.unpack_l1_bytes_per_clk), int(hw.unpack_setup_cycles), False),
         Unit.FPU: ("fpu", float(hw.fpu_flop_per_clk_per_phase) / fidelity.phases, int(hw.fpu_latency_cycles), False),
         Unit.SFPU: ("sfpu", float(hw.sfpu_lanes), int(hw.sfpu_latency_cycles), False),
         Unit.PACKER: ("packer", float(hw.packers) * float(hw.packer_bytes_per_clk), 2, False),
@@ -60,10 +60,23 @@ class CoreCosts:
         return 2 * TILE_ELEMENTS * 32 / self.fpu_flop_per_clk
 
     def unpack_work(self, dtype: DType, ntiles: float) -> float:
-        """Unpacker node work (bytes at the unpackers' L1 rate): each tile's bytes plus one UNPACR address
-        setup per 16x16 face, expressed in the bytes the unpacker could have moved meanwhile."""
-        setup = 4 * float(self.hw.unpack_setup_cycles) * float(self.hw.unpacker_bytes_per_clk)
-        return ntiles * (tile_bytes(check_format(dtype, "unpacker input")) + setup)
+        """Unpacker node work: the tiles' bytes, fetched at the unpackers' shared L1 rate. The 2-cycle address
+        setup of each UNPACR overlaps the previous UNPACR's fetch ('once these cycles are complete, execution
+        proceeds in a pipelined fashion', UNPACR_Regular.md §Performance), so back-to-back unpacks pay it once
+        (the pipeline's latency, `unit_specs`), not per face."""
+        return ntiles * tile_bytes(check_format(dtype, "unpacker input"))
+
+    def matmul_unpack_work(self, in0: DType, in1: DType, sub_h: int, sub_w: int, kt: float) -> float:
+        """Unpacker work of one sub_h x sub_w output subblock over `kt` inner tiles.
+
+        SrcA and SrcB each hold one 32x32 tile per bank (64 rows x 16 datums, tt-isa-documentation
+        WormholeB0/TensixTile/TensixCoprocessor/SrcASrcB.md), and a 32x32x32 tile multiply reads one tile of
+        each. So per inner tile the operand along the subblock's shorter side is unpacked once per tile of that
+        side and the other operand once per tile multiply: min(h,w) + h*w tiles, not h + w."""
+        h, w = int(sub_h), int(sub_w)
+        if h <= w:  # in0 (SrcB) held, in1 (SrcA) re-unpacked for every tile multiply
+            return kt * (self.unpack_work(in0, h) + self.unpack_work(in1, h * w))
+        return kt * (self.unpack_work(in1, w) + self.unpack_work(in0, h * w))
 
     def pack_work(self, dtype: DType, ntiles: float) -> float:
         return ntiles * tile_bytes(check_format(dtype, "packer output"))

@@ -62,6 +62,11 @@ def wormhole_numbers() -> dict[str, Quantity]:
         "unpacker_bytes_per_clk": doc(64, "B/clk", fact(WH, "data_movement.unpackers") + " (x4 mode)"),
         "unpack_setup_cycles": doc(2, "cycles", fact(WH, "data_movement.unpackers") +
                                    " (>= 2-cycle address setup per UNPACR; one UNPACR per 16x16 face)"),
+        "unpack_l1_bytes_per_clk": doc(64, "B/clk", "tt-isa-documentation WormholeB0/TensixTile/TensixCoprocessor/"
+                                       "UNPACR_Regular.md §Performance: when both unpackers are active and both "
+                                       "want x4 (64 B/clk) each gets x2 (32 B/clk), so the pair fetches 64 B/clk "
+                                       "from L1 together; one alone at x4 also 64 B/clk (" +
+                                       fact(WH, "data_movement.unpackers") + ")"),
         "packers": doc(4, "units", fact(WH, "data_movement.packers")),
         "packer_bytes_per_clk": doc(16, "B/clk", fact(WH, "data_movement.packers") + " (1 x 128-bit write each)"),
         "packer_l1_acc_cycles": doc(2, "cycles/write", fact(WH, "data_movement.packers") + " (tt-isa-documentation "

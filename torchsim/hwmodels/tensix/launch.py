@@ -19,6 +19,8 @@ from torchsim.hwmodels.quantity import Quantity, derived, measured
 _TG_PERF = ("tt-metal models/demos/llama3_subdevices/tests/test_decoder_device_perf.py perf_targets (Wormhole "
             "Galaxy, Llama-3 70B decode, metal trace)")
 _LLMS = "tt-metal tech_reports/LLMs/llms.md"
+_ISSUE_42010 = ("github tenstorrent/tt-metal issue #42010 'Investigate prefetch cache performance' (comment "
+                "2026-08-20, table)")
 
 
 class DispatchMode(Enum):
@@ -41,6 +43,9 @@ def wormhole_dispatch() -> dict[str, Quantity]:
         "host_dispatch_s": derived(38e-6, "s", _LLMS + " §4.5.4: without trace a Llama decoder layer spent 756 us "
                                    "between ops against 362 us on device; / ~20 ops per layer (tt_transformers "
                                    "decode) = ~38 us of host dispatch per op"),
+        "host_dispatch_cached_s": measured(9.4e-6, "s", _ISSUE_42010 + ": eager fast dispatch with the program "
+                                           "cache hit, host-bound microbenchmark: 9.1-9.7 us per program "
+                                           "'regardless of kernel size'; midpoint 9.4 us"),
         "step_overhead_s": Quantity(300e-6, "s", "documented", _TG_PERF + ": tt-metal's own t/s/u estimate adds "
                                     "'~300 python-overhead' us per decode step (execute_trace, token readback, "
                                     "next inputs)"),
@@ -55,6 +60,53 @@ def blackhole_dispatch(clock_ratio: float) -> dict[str, Quantity]:
                          "(dispatch-core RISC-V clock, assumed to scale)")
               for k in ("program_dispatch_s", "op_to_op_s")}
     return wh | scaled
+
+
+class TimingMethod(Enum):
+    """How a published Tensix time was taken (names shared with the GPU timing-method vocabulary to come).
+
+    device-profiler: tt-metal's device profiler, first core start to last core end of the program (the
+    "device-based utilisation" of tt-metal's GEMM_FLOPS.md tables): the kernel alone.
+    trace: host wall time per op of a metal trace replayed in a loop (GEMM_FLOPS.md 'Use Trace' rows): the
+    dispatcher still prepares the op's one program and sends the go signal, the host issues nothing per op.
+    host-timer: host wall time per op without trace (eager fast dispatch, program cache hit): the host's
+    enqueue of the program comes on top. GEMM_FLOPS.md's non-trace rows sit on a floor of ~50-355 us that is
+    their Python harness (per-op synchronisation), not dispatch, so small ops timed that way stay above this.
+    """
+
+    DEVICE_PROFILER = "device-profiler"
+    TRACE = "trace"
+    HOST_TIMER = "host-timer"
+
+    @classmethod
+    def parse(cls, name: str | TimingMethod) -> TimingMethod:
+        if isinstance(name, TimingMethod):
+            return name
+        for m in cls:
+            if m.value == str(name).strip().lower():
+                return m
+        raise ValueError(f"unknown timing method {name!r}; valid: {', '.join(m.value for m in cls)}")
+
+
+def host_visible_s(hw: Any, device_s: float, method: TimingMethod | str) -> float:
+    """Time one op of `device_s` device time takes as `method` sees it on `hw` (one op, program cache hit).
+
+    Never below `device_s`: every method sees the whole kernel plus what it adds (the dispatcher preparing the
+    program and the go-signal gap for trace; the host's enqueue on top of that for host-timer)."""
+    if device_s < 0:
+        raise ValueError(f"device time must be >= 0, got {device_s}")
+    m = TimingMethod.parse(method)
+    if m is TimingMethod.DEVICE_PROFILER:
+        return device_s
+    traced = device_s + float(hw.program_dispatch_s) + float(hw.op_to_op_s)
+    return traced if m is TimingMethod.TRACE else traced + float(hw.host_dispatch_cached_s)
+
+
+def timing_sources(hw: Any) -> dict[str, str]:
+    """The Quantities behind each method's added time (for reports)."""
+    return {"device-profiler": "kernel time only",
+            "trace": f"+ program_dispatch_s ({hw.program_dispatch_s.source}) + op_to_op_s",
+            "host-timer": f"+ trace terms + host_dispatch_cached_s ({hw.host_dispatch_cached_s.source})"}
 
 
 def launch_terms(hw: Any, mode: str, phase: str) -> tuple[str, Quantity, Quantity, Quantity]:
@@ -79,4 +131,5 @@ def _host_issue(hw: Any) -> Quantity:
     return host if float(host) >= float(disp) else disp
 
 
-__all__ = ["DispatchMode", "blackhole_dispatch", "launch_terms", "wormhole_dispatch"]
+__all__ = ["DispatchMode", "TimingMethod", "blackhole_dispatch", "host_visible_s", "launch_terms", "timing_sources",
+           "wormhole_dispatch"]

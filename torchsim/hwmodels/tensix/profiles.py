@@ -16,12 +16,18 @@ from torchsim.hwmodels.quantity import Quantity
 from torchsim.hwmodels.tensix import facts as F
 from torchsim.hwmodels.tensix.core import unit_specs
 from torchsim.hwmodels.tensix.formats import MathFidelity
-from torchsim.hwmodels.tensix.launch import blackhole_dispatch, launch_terms, wormhole_dispatch
+from torchsim.hwmodels.tensix.launch import (
+    TimingMethod,
+    blackhole_dispatch,
+    host_visible_s,
+    launch_terms,
+    wormhole_dispatch,
+)
 from torchsim.hwmodels.tensix.machine import TensixMemory
 from torchsim.hwmodels.tensix.spec import XY, BlackholeFirmware, TensixChip, TensixSpec
 
 __all__ = ["XY", "BlackholeFirmware", "TensixChip", "TensixProfile", "TENSIX_PROFILES", "blackhole_p150",
-           "wormhole_n150", "wormhole_n300"]
+           "tensix_with_grid", "wormhole_n150", "wormhole_n300"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class TensixProfile(TensixSpec):
 
     def memory_system(self, kernel: Any) -> Any:
         return TensixMemory(self, kernel)
+
+    def host_visible_times(self, device_s: float) -> dict[str, float]:
+        """One op of `device_s` as each timing method sees it (launch.py `TimingMethod`), seconds."""
+        return {m.value: host_visible_s(self, device_s, m) for m in TimingMethod}
 
 
 def _grid_xy(cols: list[int], rows: list[int]) -> tuple[XY, ...]:
@@ -63,8 +73,11 @@ def wormhole_n300() -> TensixProfile:
                                 " (n300 = 2 x 64)"))
 
 
-def blackhole_p150(firmware: BlackholeFirmware | str = BlackholeFirmware.FW_19_5) -> TensixProfile:
-    """Blackhole p150; `firmware` decides the enabled Tensix (140 at launch, 120 from v19.5.0) and the grid."""
+def blackhole_p150(firmware: BlackholeFirmware | str = BlackholeFirmware.FW_19_5,
+                   name: str | None = None) -> TensixProfile:
+    """Blackhole p150; `firmware` decides the enabled Tensix (140 at launch, 120 from v19.5.0) and the grid:
+    13x10 before v19.5.0 (what tt-metal's GEMM_FLOPS.md '13x10 grid' tables ran on), 11x10 from v19.5.0.
+    `name` overrides the profile name (the registry's firmware- and grid-named aliases)."""
     try:
         fw = BlackholeFirmware(firmware) if isinstance(firmware, str) else firmware
     except ValueError:
@@ -72,7 +85,7 @@ def blackhole_p150(firmware: BlackholeFirmware | str = BlackholeFirmware.FW_19_5
         raise ValueError(f"unknown Blackhole firmware {firmware!r}; valid: {valid}") from None
     enabled, gx, note = (140, 13, "launch firmware") if fw is BlackholeFirmware.LAUNCH else (120, 11, "FW v19.5.0")
     grid_src = F.fact(F.BH, "grid.compute_grid_used_by_tt-metal") + f" ({note}: one enabled column does dispatch)"
-    name = "blackhole-p150" if fw is BlackholeFirmware.FW_19_5 else "blackhole-p150-launch"
+    name = name or ("blackhole-p150" if fw is BlackholeFirmware.FW_19_5 else "blackhole-p150-launch")
     clock_ratio = F.blackhole_numbers()["clock_hz"].value / F.wormhole_numbers()["clock_hz"].value
     numbers = F.blackhole_numbers() | blackhole_dispatch(clock_ratio) | {
         "tensix_enabled": Quantity(enabled, "cores", "documented", F.fact(F.BH, "grid.tensix_enabled_by_product")),
@@ -92,4 +105,26 @@ TENSIX_PROFILES: dict[str, Callable[[], TensixProfile]] = {
     "wormhole-n300": wormhole_n300,
     "blackhole-p150": blackhole_p150,
     "blackhole-p150-launch": lambda: blackhole_p150(BlackholeFirmware.LAUNCH),
+    # the same two firmware states named by their compute grid (tt-metal's perf tables say '13x10' / '11x10')
+    "blackhole-p150-13x10": lambda: blackhole_p150(BlackholeFirmware.LAUNCH, "blackhole-p150-13x10"),
+    "blackhole-p150-11x10": lambda: blackhole_p150(BlackholeFirmware.FW_19_5, "blackhole-p150-11x10"),
 }
+
+
+def tensix_with_grid(hw: TensixProfile, grid: str | tuple[int, int] | None) -> TensixProfile:
+    """`hw` computing on the sub-grid `grid` ('8x8', (8, 8)); None returns `hw`. The profile is renamed
+    NAME@COLSxROWS so cached kernel results of one grid never answer for another; a grid larger than the chip's
+    compute grid is a ValueError naming it."""
+    if grid is None or grid == "":
+        return hw
+    if isinstance(grid, str):
+        try:
+            gx, gy = (int(v) for v in grid.lower().replace(",", "x").split("x"))
+        except ValueError:
+            raise ValueError(f"grid {grid!r} is not of the form COLSxROWS (e.g. 8x8)") from None
+    else:
+        gx, gy = (int(v) for v in grid)
+    sub = hw.with_grid(gx, gy)
+    if (gx, gy) == hw.grid:
+        return hw
+    return replace(sub, name=f"{hw.name}@{gx}x{gy}")  # type: ignore[return-value]

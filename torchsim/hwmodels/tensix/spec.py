@@ -61,6 +61,7 @@ class TensixSpec:
     unpackers: Quantity
     unpacker_bytes_per_clk: Quantity
     unpack_setup_cycles: Quantity
+    unpack_l1_bytes_per_clk: Quantity  # both unpackers together, when both fetch at once (the L1 read arbiter)
     packers: Quantity
     packer_bytes_per_clk: Quantity
     packer_l1_acc_cycles: Quantity  # cycles per 128-bit accumulate into L1 (packer_l1_acc)
@@ -83,6 +84,7 @@ class TensixSpec:
     program_dispatch_s: Quantity  # dispatcher time to prepare one program (launch.py)
     op_to_op_s: Quantity  # go-signal gap between ops whose dispatch is hidden
     host_dispatch_s: Quantity  # host time per op without metal trace
+    host_dispatch_cached_s: Quantity  # host enqueue of one program, eager fast dispatch, program cache hit
     step_overhead_s: Quantity  # host work once per forward step
     worker_xy: tuple[XY, ...]  # NoC coordinates of the compute grid, row-major (y outer)
     dram_bank_xy: tuple[XY, ...]  # the NoC endpoint workers use for each DRAM bank

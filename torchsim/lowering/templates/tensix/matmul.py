@@ -59,7 +59,8 @@ def _divisor_at_most(n: int, limit: int) -> int:
 
 def choose_config(mt: int, nt: int, kt: int, grid: tuple[int, int], in0: DType, in1: DType, out: DType,
                   hw: TensixProfile, name: str) -> tuple[MatmulConfig, list[CircularBuffer]]:
-    """Block the output over the grid (2D when M spans the rows, else 1D over N), then fit the CBs in L1."""
+    """Block the output over the grid (2D when M spans the rows, else 1D over N), then take the fewest passes
+    along N and the largest in0_block_w whose CBs fit L1 (in0_block_w below 4 only when nothing else fits)."""
     gx, gy = grid
     if mt >= gy:
         pm, pn = -(-mt // gy), -(-nt // gx)
@@ -73,12 +74,16 @@ def choose_config(mt: int, nt: int, kt: int, grid: tuple[int, int], in0: DType, 
         used = (min(gx, ncores), -(-ncores // gx))
         m0, m1 = "all", "none"
     limit = dst_tiles(hw)
+    # Each K block makes the packer read-modify-write the whole output block in L1 (packer_l1_acc_cycles per
+    # 16 B: 64 cycles per bf16 tile on 4 packers), against in0_block_w tile multiplies per output tile on the FPU
+    # (16-64 cycles each): with in0_block_w >= 4 the accumulate stays below the FPU's work. So a blocking with a
+    # smaller in0_block_w is taken only when no number of passes along N fits one with it.
+    want = max(d for d in range(1, min(kt, 4) + 1) if kt % d == 0)
     err: ValueError | None = None
+    fallback: tuple[MatmulConfig, list[CircularBuffer]] | None = None
     for passes in (d for d in range(1, pn + 1) if pn % d == 0):
         bn = pn // passes
-        for bw in (8, 4, 2, 1):
-            if kt % bw and bw != 1:
-                continue
+        for bw in (d for d in range(min(kt, 8), 0, -1) if kt % d == 0):  # in0_block_w: a divisor of Kt, <= 8
             cbs = [CircularBuffer("in0", in0, 2 * pm * bw), CircularBuffer("in1", in1, 2 * bn * bw),
                    CircularBuffer("out", out, pm * bn)]
             if kt > bw and out is not DType.BF16:
@@ -90,7 +95,13 @@ def choose_config(mt: int, nt: int, kt: int, grid: tuple[int, int], in0: DType, 
                 continue
             sub = max(((h, w) for h in range(1, pm + 1) if pm % h == 0 for w in range(1, bn + 1)
                        if bn % w == 0 and h * w <= limit), key=lambda s: (s[0] * s[1], s[1]))
-            return MatmulConfig(used, pm, pn, bw, sub[0], sub[1], m0, m1, passes), cbs
+            cfg = MatmulConfig(used, pm, pn, bw, sub[0], sub[1], m0, m1, passes)
+            if bw >= want:
+                return cfg, cbs
+            fallback = fallback or (cfg, cbs)
+            break  # the largest in0_block_w that fits at this number of passes
+    if fallback is not None:
+        return fallback
     assert err is not None
     raise err
 
@@ -117,9 +128,14 @@ def explicit_config(mt: int, nt: int, kt: int, grid: tuple[int, int], blocking: 
 
 def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType | None = None,
            out: DType | None = None, fidelity: MathFidelity | str | None = None, grid: object = None,
-           name: str = "matmul", prefix: str = "", blocking: tuple[int, int, int, int] | None = None
-           ) -> KernelGraph:
+           name: str = "matmul", prefix: str = "", blocking: tuple[int, int, int, int] | None = None,
+           packer_l1_acc: bool = True) -> KernelGraph:
     """Multi-core matmul (M x K) @ (K x N) on `hw`.
+
+    `packer_l1_acc` (tt-metal's compute-kernel option, on in its GEMM benchmark: tests/ttnn/unit_tests/benchmarks/
+    test_benchmark.py sets packer_l1_acc=True): the packer accumulates each K block's partial sums into L1 (a
+    read-modify-write per 16 B, packer_l1_acc_cycles) instead of spilling them and unpacking them back into Dst
+    before the next block (which costs the unpacker a bf16 tile per output tile per block).
 
     Example:
         >>> from torchsim.hwmodels.tensix.profiles import wormhole_n150
@@ -169,20 +185,25 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
         if step >= 2:  # double-buffered CBs: a slot is free again once its block's matmul is done
             b.data(mm_nodes[step - 2], r0)
             b.data(mm_nodes[step - 2], r1)
-        reload = pm * pn if blk else 0  # partials spilled to the intermediate CB and unpacked back
-        unpacked = cost.unpack_work(in0, nsub * bw * cfg.sub_h) + cost.unpack_work(in1, nsub * bw * cfg.sub_w) + \
+        # without packer L1 accumulation the partials spilled to the intermediate CB are unpacked back
+        reload = pm * pn if blk and not packer_l1_acc else 0
+        unpacked = nsub * cost.matmul_unpack_work(in0, in1, cfg.sub_h, cfg.sub_w, bw) + \
             cost.unpack_work(DType.BF16, reload)
         up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked, name=f"unpack{step}")
         b.data(r0, up)
         b.data(r1, up)
         flops = 2.0 * pm * pn * bw * 32 ** 3
-        mm = b.node(math, Op.MMA, Unit.FPU, cost.fpu_node_work(flops, nsub * (bw + (2 if blk else 1))),
+        mm = b.node(math, Op.MMA, Unit.FPU, cost.fpu_node_work(flops, nsub * (bw + (2 if reload else 1))),
                     name=f"matmul{step}")
         b.data(up, mm)
         mm_nodes.append(mm)
         last = blk == nblocks - 1
-        pk = b.node(pack, Op.PACK, Unit.PACKER, cost.pack_work(out if last else DType.BF16, pm * pn),
-                    name=f"pack{step}")
+        if packer_l1_acc and nblocks > 1:  # partials accumulated in L1; the last block also packs the result
+            work = cost.pack_work(DType.BF16, pm * pn) * (float(hw.packer_l1_acc_cycles) if blk else 1.0)
+            work += cost.pack_work(out, pm * pn) if last else 0.0
+        else:
+            work = cost.pack_work(out if last else DType.BF16, pm * pn)
+        pk = b.node(pack, Op.PACK, Unit.PACKER, work, name=f"pack{step}")
         b.data(mm, pk)
         if last:
             tc = TileDesc(Space.GLOBAL, out, (pm * 32, pn * 32), c_name, (row_of, col_of))
@@ -200,7 +221,8 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     cls = CtaClass(graph, params, ("cx", "cy"), threads=5, regs_per_thread=1, smem_bytes=smem)
     dram = m * k * in0.nbytes + k * n * in1.nbytes + m * n * out.nbytes
     return KernelGraph(name, (cls,), flops=2.0 * m * n * k, dram_bytes=dram,
-                       attrs={"grid": cfg.grid, "fidelity": fid.label, "template": "tensix_matmul_2d_mcast"
+                       attrs={"grid": cfg.grid, "fidelity": fid.label, "packer_l1_acc": packer_l1_acc,
+                              "template": "tensix_matmul_2d_mcast"
                               if two_d else "tensix_matmul_1d_mcast",
                               "config": {"per_core_m": pm, "per_core_n": cfg.per_core_n, "in0_block_w": bw,
                                          "passes": npass, "subblock": [cfg.sub_h, cfg.sub_w]}})
