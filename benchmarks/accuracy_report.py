@@ -1,0 +1,77 @@
+"""Write torchsim/validation/accuracy.json: MAPE per kernel kind x profile x dtype over the published rows, the
+figures `predict`, `kernel` and `compare` print beside their numbers.
+
+    python benchmarks/accuracy_report.py [--quick] [--csv PATH] [--e2e FILE]
+
+Runs the predictors of benchmarks/validate_gemm.py, validate_attention.py and validate_moe.py (each row through
+its timing method) and, with `--e2e`, reads the per-row errors a `validate_e2e.py` run printed. Re-run it after
+any change that moves predictions and commit the file with the change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from torchsim.exports.atomic import write_bytes_atomic
+from torchsim.validation.accuracy import PATH, key
+from torchsim.validation.predict_row import Prediction, Skip, predict
+from torchsim.validation.published import rows
+
+
+def kernel_groups(csv: Path | None, quick: bool) -> dict[str, list[tuple[str, float]]]:
+    out: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    cache: dict = {}
+    for category in ("gemm", "attention", "moe_grouped_gemm"):
+        for r in rows(category, csv):
+            if r.profile is None:
+                continue
+            p = predict(r, quick=quick, cache=cache)
+            if isinstance(p, Skip) or not isinstance(p, Prediction):
+                continue
+            dtype = p.device.cols[0]
+            out[key(category, p.profile, dtype)].append((r.id, abs(p.err)))
+            print(f"{r.id:<9} {p.profile:<10} {dtype:<9} {100 * p.err:+7.1f}%", flush=True)
+    return out
+
+
+def e2e_groups(text: str) -> dict[str, list[tuple[str, float]]]:
+    """Rows of a validate_e2e.py report: 'E2E-001 h100-sxm bf16 ... err%' lines (id, profile, dtype, error)."""
+    out: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for line in text.splitlines():
+        m = re.match(r"(E2E-\d+)\s+(\S+)\s+(\S+).*?([+-]\d+\.\d)\s*%?", line)
+        if m:
+            out[key("e2e_inference", m.group(2), m.group(3))].append((m.group(1), abs(float(m.group(4))) / 100))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", type=Path, default=None)
+    ap.add_argument("--quick", action="store_true", help="skip rows above 2e12 FLOPs (the file says so)")
+    ap.add_argument("--e2e", type=Path, default=None, help="a saved validate_e2e.py report to include")
+    args = ap.parse_args()
+    t0 = time.time()
+    groups = kernel_groups(args.csv, args.quick)
+    if args.e2e:
+        groups.update(e2e_groups(args.e2e.read_text()))
+    entries = {k: {"mape_pct": round(100 * sum(e for _, e in v) / len(v), 2), "rows": len(v),
+                   "row_ids": [i for i, _ in v]} for k, v in sorted(groups.items())}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    doc = {"generated": {"date": datetime.date.today().isoformat(), "commit": commit, "quick": args.quick,
+                         "by": "benchmarks/accuracy_report.py", "csv": str(args.csv or "published_dev.csv")},
+           "entries": entries}
+    write_bytes_atomic(PATH, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+    print(f"wrote {PATH}: {len(entries)} groups in {time.time() - t0:.0f} s")
+    for k, e in entries.items():
+        print(f"  {k:<40} n={e['rows']:<3} MAPE {e['mape_pct']:6.1f}%")
+
+
+if __name__ == "__main__":
+    main()
