@@ -27,7 +27,7 @@ PJ = 1e-12
 class Work:
     """What a simulated kernel did, in the units the energies are given in, and how long it took at `clock_hz`."""
 
-    tensor_flop: float  # FLOPs the tensor datapath was busy for (padded MMAs included)
+    tensor_flop: float  # useful tensor FLOPs (rows padded to the datapath carry zeros and are not charged)
     simt_ops: float  # lane operations of the FMA pipe (one FMA = 2 FLOP = 1 op) and the SFU
     l2_bytes: float
     dram_bytes: float
@@ -42,8 +42,10 @@ def has_power_model(hw: Any) -> bool:
 
 
 def work_of(hw: Any, dtype: DType, cycles: float, clock_hz: float, unit_busy: dict[str, float],
-            dram_bytes: float, sms: int) -> Work:
-    """Work counts from an engine result: each unit's utilisation x its throughput x SMs x cycles.
+            dram_bytes: float, sms: int, flops: float | None = None) -> Work:
+    """Work counts from an engine result: each unit's utilisation x its throughput x SMs x cycles; the tensor
+    work is capped at the kernel's useful `flops` when given (a GEMV's MMAs padded from M=1 to the datapath's
+    rows multiply zeros, which switch little: zero operands draw less power, thonking.ai in power.md §1).
 
     >>> from torchsim.hwmodels import get_profile
     >>> hw = get_profile("h100-sxm")
@@ -57,7 +59,8 @@ def work_of(hw: Any, dtype: DType, cycles: float, clock_hz: float, unit_busy: di
     per_sm_cycles = sms * cycles
     fma_ops = busy("fma", 0.0) * float(hw.fma_flop_per_clk_per_sm.value) / 2.0 * per_sm_cycles
     sfu_ops = busy("sfu", 0.0) * float(hw.sfu_ops_per_clk_per_sm.value) * per_sm_cycles
-    return Work(tensor_flop=busy("tensor", 0.0) * hw.tensor_flop_per_clk_per_sm(dtype) * per_sm_cycles,
+    tensor = busy("tensor", 0.0) * hw.tensor_flop_per_clk_per_sm(dtype) * per_sm_cycles
+    return Work(tensor_flop=tensor if flops is None or flops <= 0 else min(tensor, flops),
                 simt_ops=fma_ops + sfu_ops,
                 l2_bytes=busy("l2", 0.0) * float(hw.l2_bytes_per_s.value) * cycles / clock_hz,
                 dram_bytes=float(dram_bytes), seconds=cycles / clock_hz, clock_hz=clock_hz, dtype=dtype)
@@ -88,32 +91,49 @@ def core_energy_j(hw: Any, w: Work, activity: float = 1.0) -> float:
                  + float(hw.simt_pj_per_op.value) * w.simt_ops + float(hw.l2_pj_per_byte.value) * w.l2_bytes)
 
 
-def power_w(hw: Any, w: Work, clock_hz: float | None = None, activity: float = 1.0) -> float:
-    """Average board power running `w` at `clock_hz` (default: the clock it was simulated at), its time taken
-    to scale as 1/f from the simulated one."""
+def power_w(hw: Any, w: Work, clock_hz: float | None = None, activity: float = 1.0,
+            seconds: float | None = None) -> float:
+    """Average board power running `w` at `clock_hz` (default: the clock it was simulated at) in `seconds`
+    (default: the simulated time scaled as 1/f)."""
     f = w.clock_hz if clock_hz is None else clock_hz
-    seconds = w.seconds * w.clock_hz / f
+    if seconds is None:
+        seconds = w.seconds * w.clock_hz / f
     dram_j = PJ * float(hw.dram_pj_per_byte.value) * w.dram_bytes
     return float(hw.static_power_w.value) + (voltage_ratio(hw, f) ** 2 * core_energy_j(hw, w, activity)
                                              + dram_j) / seconds
 
 
-def sustained_clock(hw: Any, w: Work, activity: float = 1.0) -> float:
+def sustained_clock(hw: Any, w: Work, activity: float = 1.0, time_model: tuple[float, float] | None = None) -> float:
     """The highest clock in [clock_min_hz, clock_max_hz] at which `w` stays within power_limit_w (P rises
-    monotonically with f, so bisection on a fixed number of halvings: deterministic)."""
+    monotonically with f, so bisection on a fixed number of halvings: deterministic). The kernel's time at f is
+    `a + b / f` for `time_model` = (a, b) (fitted to two simulations), else the simulated time scaled as 1/f."""
     lo, hi = float(hw.clock_min_hz.value), float(hw.clock_max_hz.value)
     limit = float(hw.power_limit_w.value)
-    if power_w(hw, w, hi, activity) <= limit:
+
+    def p(f: float) -> float:
+        return power_w(hw, w, f, activity, None if time_model is None else time_model[0] + time_model[1] / f)
+
+    if p(hi) <= limit:
         return hi
-    if power_w(hw, w, lo, activity) >= limit:
+    if p(lo) >= limit:
         return lo
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        if power_w(hw, w, mid, activity) <= limit:
+        if p(mid) <= limit:
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def time_model(f0: float, t0: float, f1: float, t1: float) -> tuple[float, float] | None:
+    """(a, b) with t = a + b / f through two simulated (clock, seconds) points: a clock-independent part (DRAM,
+    fixed latencies in seconds) and a part in cycles; None when the points do not give a b > 0 and a >= 0."""
+    if f0 == f1:
+        return None
+    b = (t1 - t0) / (1.0 / f1 - 1.0 / f0)
+    a = t0 - b / f0
+    return (a, b) if b > 0 and a >= 0 else None
 
 
 def tensor_energy_for_clock(hw: Any, w: Work, clock_hz: float) -> float:

@@ -38,7 +38,8 @@ COUNTS = frozenset({"sm_count", "subpartitions_per_sm", "max_threads_per_sm", "m
 POSITIVE = frozenset({"clock_hz", "dram_bytes_per_s", "dram_peak_bytes_per_s", "l2_bytes_per_s",
                       "tensor_bf16_flop_per_clk_per_sm", "smem_per_sm_bytes", "smem_per_cta_bytes",
                       "fma_flop_per_clk_per_sm", "sfu_ops_per_clk_per_sm", "ldst_bytes_per_clk_per_sm",
-                      "tensor_subop_flop", "tensor_latency_cycles", "l2_bytes"})
+                      "tensor_subop_flop", "tensor_latency_cycles", "l2_bytes",
+                      "power_limit_w", "clock_max_hz", "clock_min_hz", "dvfs_voltage_floor"})
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "u": 1e-6,
            "µ": 1e-6, "n": 1e-9, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 

@@ -2,7 +2,9 @@
 
 Wraps `torchsim.sim.simulate` without changing it: simulate at clock_max_hz; if the kernel's average power there
 exceeds power_limit_w, solve for the clock that meets the limit (its time taken as 1/f) and simulate once more
-at that clock. At most two simulations. The result carries the clock it ran at, its power and why.
+at that clock. Only when that run still overshoots the limit by more than `TOLERANCE` (a kernel partly bound by
+DRAM or by latencies slows less than 1/f) is the time refitted as a + b/f through the two runs and the kernel
+simulated a third time. The result carries the clock it ran at, its power and why.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from torchsim.hwmodels.power import has_power_model, power_w, sustained_clock, work_of
+from torchsim.hwmodels.power import has_power_model, power_w, sustained_clock, time_model, work_of
 from torchsim.hwmodels.quantity import Quantity
 from torchsim.sim.engine import simulate
 from torchsim.sim.result import KernelResult
+
+TOLERANCE = 0.01  # a power-limited run may overshoot the limit by this fraction before it is refined
 
 
 def at_clock(hw: Any, clock_hz: float, why: str) -> Any:
@@ -63,8 +67,16 @@ def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_cloc
                                                     f"{f_max / 1e9:.3f} GHz")
     f = sustained_clock(hw, w, activity)
     why = f"power-limited: {p:.0f} W at {f_max / 1e9:.3f} GHz over the {limit:.0f} W limit"
-    res = simulate(kernel, at_clock(hw, f, why), **simulate_kwargs)
-    p1 = kernel_power_w(kernel, hw, res, activity)
+    res1 = simulate(kernel, at_clock(hw, f, why), **simulate_kwargs)
+    p1 = kernel_power_w(kernel, hw, res1, activity)
+    fit = time_model(f_max, w.seconds, f, res1.time_s) if p1 > limit * (1 + TOLERANCE) else None
+    if fit is not None:
+        f2 = sustained_clock(hw, w, activity, fit)
+        if f2 < f:
+            f = f2
+            res1 = simulate(kernel, at_clock(hw, f, why), **simulate_kwargs)
+            p1 = kernel_power_w(kernel, hw, res1, activity)
+    res = res1
     floor = " (the clock floor)" if f <= float(hw.clock_min_hz.value) else ""
     return replace(res, power_w=p1, clock_reason=f"power-limited: {p1:.0f} W at {f / 1e9:.3f} GHz{floor} "
                                                  f"(limit {limit:.0f} W; {p:.0f} W at boost "
@@ -74,4 +86,4 @@ def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_cloc
 def _work(kernel: Any, hw: Any, res: KernelResult) -> Any:
     dtype = kernel.classes[0].graph.dtype
     sms = int(res.attrs.get("sms", hw.sms))
-    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms)
+    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms, res.flops)
