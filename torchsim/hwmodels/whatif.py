@@ -27,9 +27,12 @@ else:  # Python 3.10: the tomli backport (same API)
 from torchsim.hwmodels.quantity import Quantity
 
 RESERVED = ("base", "name", "description")
-# knob spellings people use for a field (the issue's `hbm_bandwidth`)
+# knob spellings people use for a field (the issue's `hbm_bandwidth`). `clock` is the max boost clock: predictions
+# run each kernel at the highest clock up to clock_max_hz within the power limit (torchsim.sim.sustained);
+# clock_hz is only the clock a plain simulate() is given.
 ALIASES = {"hbm_bandwidth": "dram_bytes_per_s", "hbm_bytes_per_s": "dram_bytes_per_s",
-           "clock": "clock_hz", "sms": "sm_count", "l2_bandwidth": "l2_bytes_per_s"}
+           "clock": "clock_max_hz", "sms": "sm_count", "l2_bandwidth": "l2_bytes_per_s",
+           "power_limit": "power_limit_w", "tdp": "power_limit_w"}
 # fields that count things: whole numbers >= 1
 COUNTS = frozenset({"sm_count", "subpartitions_per_sm", "max_threads_per_sm", "max_ctas_per_sm", "registers_per_sm",
                     "tensor_inflight_subops", "tensor_datapath_rows", "noc_grid_x", "noc_grid_y", "tensix_enabled",
