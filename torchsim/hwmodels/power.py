@@ -27,7 +27,7 @@ PJ = 1e-12
 class Work:
     """What a simulated kernel did, in the units the energies are given in, and how long it took at `clock_hz`."""
 
-    tensor_flop: float  # useful tensor FLOPs (rows padded to the datapath carry zeros and are not charged)
+    tensor_flop: float  # FLOPs the tensor datapath was busy for (MMA rows padded to the datapath included)
     simt_ops: float  # lane operations of the FMA pipe (one FMA = 2 FLOP = 1 op) and the SFU
     l2_bytes: float
     dram_bytes: float
@@ -42,10 +42,10 @@ def has_power_model(hw: Any) -> bool:
 
 
 def work_of(hw: Any, dtype: DType, cycles: float, clock_hz: float, unit_busy: dict[str, float],
-            dram_bytes: float, sms: int, flops: float | None = None) -> Work:
-    """Work counts from an engine result: each unit's utilisation x its throughput x SMs x cycles; the tensor
-    work is capped at the kernel's useful `flops` when given (a GEMV's MMAs padded from M=1 to the datapath's
-    rows multiply zeros, which switch little: zero operands draw less power, thonking.ai in power.md §1).
+            dram_bytes: float, sms: int) -> Work:
+    """Work counts from an engine result: each unit's utilisation x its throughput x SMs x cycles. Padded MMA
+    rows are charged as full datapath work (conservative: zero rows switch less, but more datapath work then
+    never draws less energy, so padding never makes a kernel faster).
 
     >>> from torchsim.hwmodels import get_profile
     >>> hw = get_profile("h100-sxm")
@@ -59,8 +59,7 @@ def work_of(hw: Any, dtype: DType, cycles: float, clock_hz: float, unit_busy: di
     per_sm_cycles = sms * cycles
     fma_ops = busy("fma", 0.0) * float(hw.fma_flop_per_clk_per_sm.value) / 2.0 * per_sm_cycles
     sfu_ops = busy("sfu", 0.0) * float(hw.sfu_ops_per_clk_per_sm.value) * per_sm_cycles
-    tensor = busy("tensor", 0.0) * hw.tensor_flop_per_clk_per_sm(dtype) * per_sm_cycles
-    return Work(tensor_flop=tensor if flops is None or flops <= 0 else min(tensor, flops),
+    return Work(tensor_flop=busy("tensor", 0.0) * hw.tensor_flop_per_clk_per_sm(dtype) * per_sm_cycles,
                 simt_ops=fma_ops + sfu_ops,
                 l2_bytes=busy("l2", 0.0) * float(hw.l2_bytes_per_s.value) * cycles / clock_hz,
                 dram_bytes=float(dram_bytes), seconds=cycles / clock_hz, clock_hz=clock_hz, dtype=dtype)

@@ -86,4 +86,4 @@ def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_cloc
 def _work(kernel: Any, hw: Any, res: KernelResult) -> Any:
     dtype = kernel.classes[0].graph.dtype
     sms = int(res.attrs.get("sms", hw.sms))
-    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms, res.flops)
+    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms)
