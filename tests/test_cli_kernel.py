@@ -12,9 +12,10 @@ from torchsim.cli import main
 def test_gemm_json_has_required_fields(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["kernel", "gemm", "--m", "1024", "--n", "1024", "--k", "1024", "--hw", "h100-sxm", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    for key in ("cycles", "time_us", "tflops", "bound", "waves", "unit_utilisation"):
+    for key in ("cycles", "time_us", "tflops", "bound", "waves", "unit_utilisation", "clock_hz", "clock_reason"):
         assert key in d
-    assert d["cycles"] > 0 and d["time_us"] == pytest.approx(d["cycles"] / 1.83e3)
+    assert d["cycles"] > 0 and d["time_us"] == pytest.approx(d["cycles"] / d["clock_hz"] * 1e6)
+    assert d["clock_reason"].split(":")[0] in ("boost", "power-limited")
 
 
 def test_gemm_text_report(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,12 +10,14 @@ import argparse
 import importlib
 import json
 import sys
+from dataclasses import replace
 from typing import Any
 
 from torchsim.cli import UsageError, int_in
 from torchsim.cli.outputs import add_output_options, wants_records, write_kernel_outputs
 from torchsim.hwmodels import get_profile
 from torchsim.sim import POLICIES, KernelResult, simulate
+from torchsim.sim.sustained import simulate_sustained
 
 KERNELS = ("gemm", "attention", "decode", "grouped_gemm", "rmsnorm", "memory_bound")
 
@@ -32,6 +34,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="bf16", help="bf16, fp16, fp8 (e4m3), fp8_e5m2")
     p.add_argument("--policy", default="gto", choices=sorted(POLICIES), help="warp issue policy")
     p.add_argument("--sms", type=int, default=None, help="restrict the launch to this many SMs")
+    p.add_argument("--clock", default="sustained",
+                   help="SM clock: 'sustained' (default: the highest clock within the profile's power limit), "
+                   "'profile' (the profile's clock_hz, no power model) or a locked clock in GHz, e.g. 1.5")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--max-events", type=int_in(1), default=None,
                    help=f"simulate kernels up to this many node executions (default {MAX_EVENTS:,})")
@@ -40,6 +45,30 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 MAX_DIM = 1 << 24  # a shape dimension above this is a typo, not a kernel (and would exhaust memory building it)
 MAX_EVENTS = 50_000_000  # node executions `torchsim kernel` simulates without --max-events (~2-5 min here)
+
+
+def simulate_for(kernel: Any, args: argparse.Namespace) -> KernelResult:
+    """Simulate `kernel` on --hw with the command's --policy, --sms, --clock and output options."""
+    hw = get_profile(args.hw)
+    if args.sms is not None:
+        positive("sms", args.sms)
+    kw: dict[str, Any] = {"policy": args.policy, "record": wants_records(args), "max_sms": args.sms}
+    clock = str(getattr(args, "clock", "sustained"))
+    if clock == "profile":
+        res = simulate(kernel, hw, **kw)
+        return replace(res, clock_reason=f"profile clock_hz ({hw.clock_hz.kind}), --clock profile")
+    if clock == "sustained":
+        return simulate_sustained(kernel, hw, **kw)
+    try:
+        ghz = float(clock)
+    except ValueError:
+        raise UsageError(f"--clock must be 'sustained', 'profile' or a clock in GHz, got {clock!r}") from None
+    if not hasattr(hw, "clock_max_hz"):
+        raise UsageError(f"--clock {clock}: {hw.name} has no power model (clock range); use --clock profile")
+    try:
+        return simulate_sustained(kernel, hw, lock_clock_hz=ghz * 1e9, **kw)
+    except ValueError as exc:
+        raise UsageError(f"--clock {clock}: {exc}") from None
 
 
 def positive(name: str, value: int | None) -> int:
@@ -69,11 +98,8 @@ def emit_outputs(args: argparse.Namespace, launches: list[tuple[Any, KernelResul
 
 def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] | None = None,
                    export: bool = True) -> KernelResult:
-    hw = get_profile(args.hw)
-    if args.sms is not None:
-        positive("sms", args.sms)
     check_size(kernel, args)
-    res = simulate(kernel, hw, policy=args.policy, record=wants_records(args), max_sms=args.sms)
+    res = simulate_for(kernel, args)
     report(res, kernel, args, extra or {})
     if export:
         emit_outputs(args, [(kernel, res)])
@@ -86,6 +112,7 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
     out = {
         "kernel": res.name, "hw": res.hw, "template": kernel.attrs.get("template", ""),
         "cycles": res.cycles, "time_us": res.time_us, "tflops": res.tflops,
+        "clock_hz": res.clock_hz, "clock_reason": res.clock_reason, "power_w": res.power_w or None,
         "pct_of_peak": 100 * res.flops / res.time_s / peak if peak and res.flops else None,
         "dram_gb_per_s": res.dram_bytes_per_s / 1e9,
         "pct_of_dram_bw": 100 * res.dram_bytes_per_s / hw.dram_bytes_per_s_value,
@@ -105,6 +132,8 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         return
     print(f"{res.name} on {res.hw}  [{out['template']}]")
     print(f"  time        {res.time_us:10.2f} us   ({res.cycles} cycles at {res.clock_hz / 1e9:.3f} GHz)")
+    if res.clock_reason:
+        print(f"  clock       {res.clock_hz / 1e9:10.3f} GHz  {res.clock_reason}")
     if visible:
         print("  host-seen   " + ", ".join(f"{k} {v * 1e6:.2f} us" for k, v in visible.items()) +
               "  (one op, program cache hit)")

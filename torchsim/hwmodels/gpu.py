@@ -77,6 +77,21 @@ class GpuProfile:
     cta_launch_cycles: Quantity
     launch_overhead_s: Quantity  # gap between dependent kernel launches (stream, no CUDA graph)
     graph_launch_overhead_s: Quantity  # the same under CUDA graphs
+    # -- power and DVFS (torchsim.hwmodels.power; applied by torchsim.sim.sustained) --------------------------
+    # clock_hz above stays the clock the engine is given by a plain simulate(); predictions run each kernel at
+    # the highest clock in [clock_min_hz, clock_max_hz] whose average board power stays within power_limit_w.
+    # Energies are per unit of work at the voltage of clock_max_hz; dynamic core energy scales with V(f)^2.
+    power_limit_w: Quantity  # board power limit the firmware holds (TDP/TGP)
+    static_power_w: Quantity  # idle board power: leakage, HBM refresh, fans/VRs (not scaled with the clock)
+    clock_max_hz: Quantity  # highest SM clock (max boost)
+    clock_min_hz: Quantity  # lowest SM clock of the DVFS range
+    dvfs_voltage_floor: Quantity  # V(clock_min_hz) / V(clock_max_hz); V linear in f between them
+    tensor_pj_per_flop_bf16: Quantity  # tensor-core MMA energy per FLOP (bf16/fp16), operand delivery included
+    tensor_pj_per_flop_fp8: Quantity
+    tensor_pj_per_flop_tf32: Quantity
+    dram_pj_per_byte: Quantity  # HBM access + PHY energy per byte crossing the DRAM interface
+    l2_pj_per_byte: Quantity  # L2 read/write energy per byte served
+    simt_pj_per_op: Quantity  # one lane operation of the FMA pipe or the SFU
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -89,6 +104,12 @@ class GpuProfile:
                 raise ValueError(f"profile {self.name!r}: field {name} must be > 0")
         if self.dram_bytes_per_s.value > self.dram_peak_bytes_per_s.value:
             raise ValueError(f"profile {self.name!r}: sustained DRAM bandwidth exceeds its peak")
+        if not 0 < self.clock_min_hz.value <= self.clock_max_hz.value:
+            raise ValueError(f"profile {self.name!r}: clock_min_hz must be > 0 and <= clock_max_hz")
+        if not self.static_power_w.value < self.power_limit_w.value:
+            raise ValueError(f"profile {self.name!r}: static_power_w must be below power_limit_w")
+        if not 0 < self.dvfs_voltage_floor.value <= 1:
+            raise ValueError(f"profile {self.name!r}: dvfs_voltage_floor must be in (0, 1]")
 
     # -- float views used on hot paths ---------------------------------------------------------------
     @property
@@ -159,8 +180,23 @@ def sm_limits(device: str, combined: str | None = None) -> dict[str, Any]:
     }
 
 
+# Tensor energies per FLOP, bf16, at V(clock_max_hz): printed by scripts/calibrate_power.py (sources at the fields).
+A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2075, 0.8269, 0.5383
+
 _LAUNCH = ("assumed: typical back-to-back launch gap of a CUDA stream without graphs (host-bound PyTorch eager "
            "is slower); a what-if TOML overrides it")
+
+POWER_NOTES = "power.md (torchsim research notes on power/DVFS)"
+_VFLOOR = ("assumed: H800 (H100 SXM silicon) reports 725 mV at its 345 MHz idle clock (find_string id 19203529334, "
+           "cited in " + POWER_NOTES + " §2); ~1.0 V at max boost assumed (no public V-f table found)")
+_TF32_E = ("assumed: TF32 MMA runs at half the BF16 rate on the same datapath; the same power at full rate means "
+           "twice the energy per FLOP of BF16")
+_HBM3_E = ("assumed: HBM3/HBM3e access + PHY ~3 pJ/bit (secondary range 2.5-3.5 pJ/bit, find_string id 61334451592 "
+           "in " + POWER_NOTES + " §4; H200 decode bound <= ~7 pJ/bit, ibid.)")
+_L2_4N = ("assumed: RTX 3090 (Samsung 8N) effective L2 increment 10.8 pJ/B (find_string id 55788419707 in " +
+          POWER_NOTES + " §4), halved for TSMC 4N")
+_SIMT_4N = ("assumed: one FP32 FMA lane-op with register-file access and amortised issue ~5 pJ at 4N (Horowitz "
+            "ISSCC 2014 45 nm fp32 mult+add 4.6 pJ before operand/issue overhead, scaled ~4x down by node)")
 
 a100_sxm = GpuProfile(
     name="a100-sxm", arch=Arch.SM80, description="NVIDIA A100 SXM4 80GB (GA100, sm80)",
@@ -208,6 +244,27 @@ a100_sxm = GpuProfile(
     cta_launch_cycles=assumed(200, "cycles", "assumed: CTA dispatch and prologue to first issue"),
     launch_overhead_s=assumed(2.5e-6, "s", _LAUNCH),
     graph_launch_overhead_s=assumed(1.0e-6, "s", "assumed: kernel-to-kernel gap inside a CUDA graph"),
+    # -- power and DVFS --
+    power_limit_w=doc(400, "W", fact(A100, "power.tdp")),
+    static_power_w=measured(88, "W", "A100 idle in Horace He, 'Strangely, Matrix Multiplications on GPUs Run Faster "
+                            "When Given Predictable Data' (thonking.ai), as quoted in HN thread 48247005 (" +
+                            POWER_NOTES + " §3)"),
+    clock_max_hz=doc(1.41e9, "Hz", fact(A100, "compute.boost_clock")),
+    clock_min_hz=assumed(210e6, "Hz", "assumed: lowest graphics clock Ampere data-center parts list (no source in "
+                         + POWER_NOTES + "); only a floor for the solver"),
+    dvfs_voltage_floor=assumed(0.725, "V/V", _VFLOOR),
+    tensor_pj_per_flop_bf16=calibrated(A100_BF16_PJ, "pJ/FLOP", "scripts/calibrate_power.py: the simulated "
+                                       "8192^3 bf16 GEMM draws 400 W at the clock where it gives 257 TFLOPS: "
+                                       "A100 SXM cuBLAS bf16 8192^3 on randn inputs under the 400 W cap, Horace "
+                                       "He (thonking.ai, " + POWER_NOTES + " §1)"),
+    tensor_pj_per_flop_fp8=doc(0, "pJ/FLOP", fact(A100, "tensor.tc_dense_fp8_flop_per_clk_per_sm") +
+                               " (no FP8 tensor cores)"),
+    tensor_pj_per_flop_tf32=assumed(2 * A100_BF16_PJ, "pJ/FLOP", _TF32_E),
+    dram_pj_per_byte=assumed(32, "pJ/B", "assumed: HBM2e ~4 pJ/bit (O'Connor et al., MICRO-50 2017 HBM2 baseline "
+                             "~3.9 pJ/bit, body text not retrieved; " + POWER_NOTES + " §4)"),
+    l2_pj_per_byte=assumed(8, "pJ/B", "assumed: RTX 3090 (8N) effective L2 increment 10.8 pJ/B (find_string id "
+                           "55788419707 in " + POWER_NOTES + " §4), ~0.75x for TSMC N7"),
+    simt_pj_per_op=assumed(7, "pJ/op", "assumed: 4N's ~5 pJ per FMA lane-op (see H100) x1.4 for N7"),
 )
 
 h100_sxm = replace(
@@ -247,6 +304,25 @@ h100_sxm = replace(
                               "an SXM-class H100)"),
     dram_latency_cycles=measured(700, "cycles", "published_dev.csv UBENCH-011"),
     dram_bytes=doc(80e9, "B", fact(H100, "memory.hbm_capacity")),
+    # -- power and DVFS --
+    power_limit_w=doc(700, "W", fact(H100, "power.tdp")),
+    static_power_w=measured(74.7, "W", "H800 SXM (H100 silicon) idle at P0, 345 MHz, nvidia-smi -q (find_string id "
+                            "19203529334, " + POWER_NOTES + " §3)"),
+    clock_max_hz=doc(1.98e9, "Hz", fact(H100, "compute.boost_clock_max")),
+    clock_min_hz=doc(345e6, "Hz", "device-reported idle SM clock, nvidia-smi -q on H800/H200 (find_string ids "
+                     "19203529334, 9046480431; " + POWER_NOTES + " §2)"),
+    tensor_pj_per_flop_bf16=calibrated(H100_BF16_PJ, "pJ/FLOP", "scripts/calibrate_power.py: the simulated "
+                                       "8192^3 bf16 GEMM draws 700 W at the clock where it gives 794.5 TFLOPS: "
+                                       "H100 SXM MAMF bf16 (stas00/ml-engineering compute/accelerator/README.md "
+                                       "@ 744d01e, " + POWER_NOTES + " §1; published_dev.csv GEMM-151 797.5 "
+                                       "TFLOPS at 8192^3 agrees)"),
+    tensor_pj_per_flop_fp8=calibrated(H100_BF16_PJ * 794.5 / 1402.6, "pJ/FLOP", "bf16 energy x 794.5/1402.6: "
+                                      "H100 SXM MAMF bf16 vs fp8 e4m3 TFLOPS at the same 700 W (ml-engineering "
+                                      "README @ 744d01e, " + POWER_NOTES + " §1; equal clocks assumed)"),
+    tensor_pj_per_flop_tf32=assumed(2 * H100_BF16_PJ, "pJ/FLOP", _TF32_E),
+    dram_pj_per_byte=assumed(24, "pJ/B", _HBM3_E),
+    l2_pj_per_byte=assumed(5, "pJ/B", _L2_4N),
+    simt_pj_per_op=assumed(5, "pJ/op", _SIMT_4N),
 )
 
 h200 = replace(
@@ -262,6 +338,10 @@ h200 = replace(
     dram_latency_cycles=measured(690, "cycles", "published_dev.csv UBENCH-014 (GH200's H100 with HBM3, proxy)"),
     l2_latency_cycles=measured(281, "cycles", "published_dev.csv UBENCH-013 (GH200 proxy)"),
     dram_bytes=doc(141e9, "B", fact(H200, "memory.hbm_capacity")),
+    # -- power and DVFS (GH100 energies and clocks kept from H100) --
+    power_limit_w=doc(700, "W", fact(H200, "power.tdp")),
+    static_power_w=measured(74.6, "W", "H200 SXM idle board power, nvidia-smi -q 'GPU Power Readings' (find_string id "
+                            "9046480431, " + POWER_NOTES + " §3)"),
 )
 
 b200 = replace(
@@ -310,6 +390,24 @@ b200 = replace(
                                 " (LDGSTS saturates ~6.6 TB/s; TMA goes higher)"),
     dram_latency_cycles=measured(860, "cycles", "published_dev.csv UBENCH-017"),
     dram_bytes=doc(180e9, "B", fact(B200, "memory.hbm_capacity")),
+    # -- power and DVFS --
+    power_limit_w=doc(1000, "W", fact(B200, "power.tgp") + " (HGX B200; flashinfer PR #2899 measured ~1000 W while "
+                      "throttling. DGX B200's configurable 700 W default set point is a what-if: power_limit_w)"),
+    static_power_w=assumed(150, "W", "assumed: 2 x H100's 75 W idle (two dies, 8 HBM3e stacks); B200 idle not found ("
+                           + POWER_NOTES + " §3)"),
+    clock_max_hz=doc(1.965e9, "Hz", "device-reported max SM clock: ml-engineering README §'Clock speed' @ 744d01e; "
+                     "flashinfer-ai/flashinfer PR #2899 (" + POWER_NOTES + " §2)"),
+    clock_min_hz=assumed(345e6, "Hz", "assumed: Hopper's idle SM clock (B200 min clock not found, " + POWER_NOTES +
+                         " §2)"),
+    tensor_pj_per_flop_bf16=calibrated(B200_BF16_PJ, "pJ/FLOP", "scripts/calibrate_power.py: the simulated "
+                                       "8192^3 bf16 GEMM draws 1000 W at 1.58 GHz: HGX B200 SM clock 1965 -> "
+                                       "~1580 MHz at ~1000 W under back-to-back BF16 tensor work (flashinfer-ai/"
+                                       "flashinfer PR #2899, " + POWER_NOTES + " §1; MAMF bf16 1745 TFLOPS implies "
+                                       ">= 1.44 GHz)"),
+    tensor_pj_per_flop_fp8=calibrated(B200_BF16_PJ * 1745.0 / 3432.5, "pJ/FLOP", "bf16 energy x 1745/3432.5: "
+                                      "B200 MAMF bf16 vs fp8 TFLOPS (ml-engineering README @ 744d01e, " +
+                                      POWER_NOTES + " §1; equal clocks assumed)"),
+    tensor_pj_per_flop_tf32=assumed(2 * B200_BF16_PJ, "pJ/FLOP", _TF32_E),
 )
 
 GPU_PROFILES: dict[str, GpuProfile] = {p.name: p for p in (a100_sxm, h100_sxm, h200, b200)}

@@ -31,9 +31,12 @@ else:  # Python 3.10: the tomli backport (same API)
 from torchsim.hwmodels.quantity import KINDS, Quantity
 
 RESERVED = ("base", "name", "description", "provenance")
-# knob spellings people use for a field (the issue's `hbm_bandwidth`)
+# knob spellings people use for a field (the issue's `hbm_bandwidth`). `clock` is the max boost clock: predictions
+# run each kernel at the highest clock up to clock_max_hz within the power limit (torchsim.sim.sustained);
+# clock_hz is only the clock a plain simulate() is given.
 ALIASES = {"hbm_bandwidth": "dram_bytes_per_s", "hbm_bytes_per_s": "dram_bytes_per_s",
-           "clock": "clock_hz", "sms": "sm_count", "l2_bandwidth": "l2_bytes_per_s"}
+           "clock": "clock_max_hz", "sms": "sm_count", "l2_bandwidth": "l2_bytes_per_s",
+           "power_limit": "power_limit_w", "tdp": "power_limit_w"}
 # fields that count things: whole numbers >= 1
 COUNTS = frozenset({"sm_count", "subpartitions_per_sm", "max_threads_per_sm", "max_ctas_per_sm", "registers_per_sm",
                     "tensor_inflight_subops", "tensor_datapath_rows", "noc_grid_x", "noc_grid_y", "tensix_enabled",
@@ -43,7 +46,8 @@ POSITIVE = frozenset({"clock_hz", "dram_bytes_per_s", "dram_peak_bytes_per_s", "
                       "tensor_bf16_flop_per_clk_per_sm", "smem_per_sm_bytes", "smem_per_cta_bytes",
                       "fma_flop_per_clk_per_sm", "sfu_ops_per_clk_per_sm", "ldst_bytes_per_clk_per_sm",
                       "tensor_subop_flop", "tensor_latency_cycles", "l2_bytes", "tma_bytes_per_clk_per_sm",
-                      "tmem_bytes_per_clk_per_sm"})
+                      "tmem_bytes_per_clk_per_sm", "power_limit_w", "clock_max_hz", "clock_min_hz",
+                      "dvfs_voltage_floor"})
 # how far a what-if may move a number from its base (either way): beyond it, a typo (1e-300 B/s) would overflow
 # the engine's cycle arithmetic instead of exploring a design
 MAX_RATIO = 1e4

@@ -2,7 +2,8 @@
 
 Sits between lowering (KernelCalls) and prediction.pipeline (which places the results on a stream). A call's launches
 (two for a split Flash-Decoding or FlashMLA call: split kernel, then combine) come from
-`torchsim.lowering.templates.build_kernels` and run on `torchsim.sim.simulate`; GEMMs too large for the event
+`torchsim.lowering.templates.build_kernels` and run at their sustained clock under the profile's power limit
+(`torchsim.sim.sustained.simulate_sustained`); GEMMs too large for the event
 budget are simulated at two smaller K and extrapolated, and calls without a template are a roofline (`fallback`).
 """
 
@@ -39,6 +40,9 @@ class KernelSim:
     fallback: bool = False
     method: str = "simulated"  # "simulated" | "k-extrapolated" | "roofline: <why>"
     events: int = 0  # node executions simulated
+    clock_hz: float = 0.0  # SM clock it ran at (torchsim.sim.sustained); 0 = not recorded
+    clock_reason: str = ""  # why that clock: "boost: ...", "power-limited: ...", a roofline's profile clock
+    power_w: float = 0.0  # average board power at that clock
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,9 @@ def merged(launches: Sequence[KernelSim]) -> KernelSim:
                      flops=sum(s.flops for s in launches), dram_bytes=dram,
                      l2_hit_rate=sum(s.l2_hit_rate * s.dram_bytes for s in launches) / dram if dram else 0.0,
                      unit_util=util, stalls=stalls, bound=longest.bound, fallback=any(s.fallback for s in launches),
-                     method=first.method, events=sum(s.events for s in launches))
+                     method=first.method, events=sum(s.events for s in launches), clock_hz=longest.clock_hz,
+                     clock_reason=longest.clock_reason,
+                     power_w=sum(s.power_w * s.time_s for s in launches) / total_s)
 
 
 def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEFAULT_MAX_SIM_EVENTS,
@@ -219,10 +225,29 @@ def graph_events(kg: Any) -> int:
     return int(sum(c.count * c.graph.num_nodes for c in kg.classes))
 
 
-def _run(kg: Any, hw: Any) -> Any:
-    from torchsim.sim import simulate
+def _run(kg: Any, hw: Any, clock_hz: float | None = None) -> Any:
+    """The kernel at its sustained clock under the profile's power limit (`torchsim.sim.sustained`), or at
+    `clock_hz` when given (the second of two runs that must share a clock)."""
+    from torchsim.hwmodels.power import has_power_model
+    from torchsim.sim.sustained import simulate_sustained
 
-    return simulate(kg, hw)
+    if clock_hz is not None and has_power_model(hw):
+        return simulate_sustained(kg, hw, lock_clock_hz=clock_hz)
+    return simulate_sustained(kg, hw)
+
+
+def _ran_on(hw: Any, r: Any) -> Any:
+    """`hw` at the clock result `r` ran at (its roofline is the floor that run must respect)."""
+    if float(r.clock_hz) == hw.clock_hz_value:
+        return hw
+    from torchsim.sim.sustained import at_clock
+
+    return at_clock(hw, float(r.clock_hz), "the clock the simulated run used")
+
+
+def _clock(r: Any) -> dict[str, Any]:
+    return {"clock_hz": float(r.clock_hz), "clock_reason": str(getattr(r, "clock_reason", "")),
+            "power_w": float(getattr(r, "power_w", 0.0))}
 
 
 def _from_result(kg: Any, r: Any, method: str, events: int) -> KernelSim:
@@ -230,7 +255,7 @@ def _from_result(kg: Any, r: Any, method: str, events: int) -> KernelSim:
     return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=int(r.cycles),
                      time_s=float(r.time_s), flops=float(r.flops or kg.flops), dram_bytes=float(r.dram_bytes),
                      l2_hit_rate=float(r.l2_hit_rate), unit_util=dict(r.unit_busy), stalls=dict(r.stalls),
-                     bound=str(r.bound), method=method, events=events)
+                     bound=str(r.bound), method=method, events=events, **_clock(r))
 
 
 def _with_k(call: KernelCall, k: int) -> KernelCall:
@@ -257,12 +282,13 @@ def _k_extrapolated(call: KernelCall, hw: Any, kg: Any, events: int, max_events:
     graphs = [build_kernel(_with_k(call, kk), hw) for kk in (k1, k2)]
     if any({key: v for key, v in g.attrs.items() if key != "k"} != same for g in graphs):
         return None
-    r1, r2 = (_run(g, hw) for g in graphs)
+    r2 = _run(graphs[1], hw)  # the longer run sets the clock; the shorter runs at it, so the slope is per K step
+    r1 = _run(graphs[0], hw, float(r2.clock_hz))
     per_k = (r2.cycles - r1.cycles) / (k2 - k1)
     cycles = int(round(r2.cycles + per_k * (k - k2)))
     bytes_per_k = (r2.dram_bytes - r1.dram_bytes) / (k2 - k1)
     flops, _, _ = work(call)
-    floor = roofline(call, hw)
+    floor = roofline(call, _ran_on(hw, r2))
     if cycles / float(r2.clock_hz) < floor.time_s - floor.latency.value:  # a kernel never beats its roofline
         return None
     attrs = dict(kg.attrs)
@@ -271,7 +297,7 @@ def _k_extrapolated(call: KernelCall, hw: Any, kg: Any, events: int, max_events:
                      dram_bytes=float(r2.dram_bytes + bytes_per_k * (k - k2)), l2_hit_rate=float(r2.l2_hit_rate),
                      unit_util=dict(r2.unit_busy), stalls={s: v * k / k2 for s, v in r2.stalls.items()},
                      bound=str(r2.bound), method=f"k-extrapolated from k={k1},{k2}",
-                     events=graph_events(graphs[0]) + graph_events(graphs[1]))
+                     events=graph_events(graphs[0]) + graph_events(graphs[1]), **_clock(r2))
 
 
 def _m_scaled(call: KernelCall, hw: Any, kg: Any, events: int, max_events: int) -> KernelSim | None:
@@ -300,7 +326,7 @@ def _m_scaled(call: KernelCall, hw: Any, kg: Any, events: int, max_events: int) 
     flops, _, _ = work(call)
     attrs = dict(kg.attrs)
     cycles = int(round(r.cycles * scale))
-    floor = roofline(call, hw)
+    floor = roofline(call, _ran_on(hw, r))
     if cycles / float(r.clock_hz) < floor.time_s - floor.latency.value:
         return None
     return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=cycles,
@@ -308,7 +334,7 @@ def _m_scaled(call: KernelCall, hw: Any, kg: Any, events: int, max_events: int) 
                      l2_hit_rate=float(r.l2_hit_rate), unit_util=dict(r.unit_busy),
                      stalls={s: v * scale for s, v in r.stalls.items()}, bound=str(r.bound),
                      method=f"wave-scaled from m={tiles_m2 * bm} ({waves[1]} of {waves[0]} waves)",
-                     events=graph_events(small))
+                     events=graph_events(small), **_clock(r))
 
 
 def _roofline(call: KernelCall, hw: Any, why: str) -> KernelSim:
@@ -316,4 +342,5 @@ def _roofline(call: KernelCall, hw: Any, why: str) -> KernelSim:
     clock = float(getattr(hw, "clock_hz_value", 1e9))
     return KernelSim(template="roofline", config={}, cycles=int(round(r.time_s * clock)), time_s=r.time_s,
                      flops=r.flops, dram_bytes=r.dram_bytes, l2_hit_rate=0.0, bound=r.bound, fallback=True,
-                     method=f"roofline: {why}")
+                     method=f"roofline: {why}", clock_hz=clock,
+                     clock_reason=f"roofline at the profile clock {clock / 1e9:.3f} GHz (no power model applied)")

@@ -52,6 +52,8 @@ class KernelResult:
     attrs: dict[str, Any] = field(default_factory=dict)
     records: tuple[NodeRecord, ...] | None = None
     cta_sm: tuple[int, ...] | None = None  # SM of each CTA (recorded on request)
+    clock_reason: str = ""  # why it ran at clock_hz (set by torchsim.sim.sustained; "" = the profile's clock)
+    power_w: float = 0.0  # average board power at clock_hz (set by torchsim.sim.sustained; 0 = not computed)
 
     @property
     def time_s(self) -> float:

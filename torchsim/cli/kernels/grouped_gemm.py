@@ -10,13 +10,11 @@ import argparse
 from typing import Any
 
 from torchsim.cli import UsageError
-from torchsim.cli.kernel import add_common, emit_outputs, positive, report
-from torchsim.cli.outputs import wants_records
+from torchsim.cli.kernel import add_common, emit_outputs, positive, report, simulate_for
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
 from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_gemm, load_balance
-from torchsim.sim import simulate
 
 
 def register(sub: Any) -> None:
@@ -67,9 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     cfg = grouped_config(counts, args.n, args.k, dtype, hw, Pipeline.parse(args.variant)) if args.variant else None
     kg = grouped_gemm(counts, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), tokens=tokens,
                       top_k=top_k)
-    if args.sms is not None:
-        positive("sms", args.sms)
-    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms, record=wants_records(args))
+    res = simulate_for(kg, args)
     balance = load_balance(res)
     report(res, kg, args, {"tokens_per_expert": counts, "load_balance": balance})
     if not args.json:

@@ -11,14 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from torchsim.cli import UsageError
-from torchsim.cli.kernel import add_common, emit_outputs, positive, report
-from torchsim.cli.outputs import wants_records
+from torchsim.cli.kernel import add_common, emit_outputs, positive, report, simulate_for
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.elementwise import OP_COST, elementwise, embedding, known_op, rope, silu_mul
 from torchsim.lowering.templates.norms import softmax
 from torchsim.lowering.templates.reductions import argmax, reduce, router_topk
-from torchsim.sim import simulate
 
 Build = Callable[[argparse.Namespace, DType, Any], KernelGraph]
 
@@ -81,9 +79,7 @@ def _runner(options: list[tuple[str, str]], build: Build) -> Callable[[argparse.
 def run_memory_kernel(kg: KernelGraph, args: argparse.Namespace) -> None:
     """Simulate and report, adding the effective bandwidth (the kernel's compulsory bytes over its time)."""
     hw = get_profile(args.hw)
-    if args.sms is not None:
-        positive("sms", args.sms)
-    res = simulate(kg, hw, policy=args.policy, max_sms=args.sms, record=wants_records(args))
+    res = simulate_for(kg, args)
     bw = _bandwidth(kg, hw, res.time_s)
     report(res, kg, args, {**bw, "launch": {"rows_per_cta": kg.attrs.get("rows_per_cta"),
                                              "threads": kg.attrs.get("threads")}})

@@ -1,0 +1,89 @@
+"""Simulate a kernel at the clock it sustains under its profile's power limit (torchsim.hwmodels.power).
+
+Wraps `torchsim.sim.simulate` without changing it: simulate at clock_max_hz; if the kernel's average power there
+exceeds power_limit_w, solve for the clock that meets the limit (its time taken as 1/f) and simulate once more
+at that clock. Only when that run still overshoots the limit by more than `TOLERANCE` (a kernel partly bound by
+DRAM or by latencies slows less than 1/f) is the time refitted as a + b/f through the two runs and the kernel
+simulated a third time. The result carries the clock it ran at, its power and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from torchsim.hwmodels.power import has_power_model, power_w, sustained_clock, time_model, work_of
+from torchsim.hwmodels.quantity import Quantity
+from torchsim.sim.engine import simulate
+from torchsim.sim.result import KernelResult
+
+TOLERANCE = 0.01  # a power-limited run may overshoot the limit by this fraction before it is refined
+
+
+def at_clock(hw: Any, clock_hz: float, why: str) -> Any:
+    """`hw` with the engine clock set to `clock_hz` (provenance: derived, `why`)."""
+    return replace(hw, clock_hz=Quantity(float(clock_hz), "Hz", "derived", why))
+
+
+def kernel_power_w(kernel: Any, hw: Any, res: KernelResult, activity: float = 1.0) -> float:
+    """Average board power of a simulated kernel at the clock it was simulated at."""
+    return power_w(hw, _work(kernel, hw, res), activity=activity)
+
+
+def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_clock_hz: float | None = None,
+                       **simulate_kwargs: Any) -> KernelResult:
+    """`simulate(kernel, hw, **simulate_kwargs)` at the sustained clock; `result.clock_hz` is that clock and
+    `result.clock_reason` says why. `activity` scales tensor switching energy (1 = random operands);
+    `lock_clock_hz` runs at that clock (as `nvidia-smi -lgc`), its power still reported.
+
+    >>> from torchsim.hwmodels import get_profile
+    >>> from torchsim.lowering.templates import gemm
+    >>> from torchsim.graph import DType
+    >>> hw = get_profile("h100-sxm")
+    >>> r = simulate_sustained(gemm(4096, 4096, 4096, DType.BF16, hw), hw)
+    >>> r.clock_reason.startswith("power-limited"), float(hw.clock_min_hz.value) <= r.clock_hz <= 1.98e9
+    (True, True)
+    """
+    if not has_power_model(hw):
+        res = simulate(kernel, hw, **simulate_kwargs)
+        return replace(res, clock_reason=f"no power model for {hw.name}: the profile clock "
+                                         f"{hw.clock_hz_value / 1e9:.3f} GHz")
+    limit = float(hw.power_limit_w.value)
+    if lock_clock_hz is not None:
+        lo, hi = float(hw.clock_min_hz.value), float(hw.clock_max_hz.value)
+        if not lo <= lock_clock_hz <= hi:
+            raise ValueError(f"lock_clock_hz {lock_clock_hz / 1e9:.3f} GHz is outside {hw.name}'s clock range "
+                             f"[{lo / 1e9:.3f}, {hi / 1e9:.3f}] GHz (clock_min_hz, clock_max_hz)")
+        res = simulate(kernel, at_clock(hw, lock_clock_hz, "locked clock"), **simulate_kwargs)
+        p = kernel_power_w(kernel, hw, res, activity)
+        return replace(res, power_w=p, clock_reason=f"locked: {p:.0f} W at {lock_clock_hz / 1e9:.3f} GHz "
+                                                    f"(limit {limit:.0f} W)")
+    f_max = float(hw.clock_max_hz.value)
+    res = simulate(kernel, at_clock(hw, f_max, "clock_max_hz (boost)"), **simulate_kwargs)
+    w = _work(kernel, hw, res)
+    p = power_w(hw, w, activity=activity)
+    if p <= limit:
+        return replace(res, power_w=p, clock_reason=f"boost: {p:.0f} W < {limit:.0f} W at "
+                                                    f"{f_max / 1e9:.3f} GHz")
+    f = sustained_clock(hw, w, activity)
+    why = f"power-limited: {p:.0f} W at {f_max / 1e9:.3f} GHz over the {limit:.0f} W limit"
+    res1 = simulate(kernel, at_clock(hw, f, why), **simulate_kwargs)
+    p1 = kernel_power_w(kernel, hw, res1, activity)
+    fit = time_model(f_max, w.seconds, f, res1.time_s) if p1 > limit * (1 + TOLERANCE) else None
+    if fit is not None:
+        f2 = sustained_clock(hw, w, activity, fit)
+        if f2 < f:
+            f = f2
+            res1 = simulate(kernel, at_clock(hw, f, why), **simulate_kwargs)
+            p1 = kernel_power_w(kernel, hw, res1, activity)
+    res = res1
+    floor = " (the clock floor)" if f <= float(hw.clock_min_hz.value) else ""
+    return replace(res, power_w=p1, clock_reason=f"power-limited: {p1:.0f} W at {f / 1e9:.3f} GHz{floor} "
+                                                 f"(limit {limit:.0f} W; {p:.0f} W at boost "
+                                                 f"{f_max / 1e9:.3f} GHz)")
+
+
+def _work(kernel: Any, hw: Any, res: KernelResult) -> Any:
+    dtype = kernel.classes[0].graph.dtype
+    sms = int(res.attrs.get("sms", hw.sms))
+    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms)
