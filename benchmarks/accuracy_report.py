@@ -22,7 +22,7 @@ from pathlib import Path
 from torchsim.exports.atomic import write_bytes_atomic
 from torchsim.validation.accuracy import PATH, key
 from torchsim.validation.predict_row import Prediction, Skip, predict
-from torchsim.validation.published import rows
+from torchsim.validation.published import dtype_of, rows
 
 
 def kernel_groups(csv: Path | None, quick: bool) -> dict[str, list[tuple[str, float]]]:
@@ -35,7 +35,8 @@ def kernel_groups(csv: Path | None, quick: bool) -> dict[str, list[tuple[str, fl
             p = predict(r, quick=quick, cache=cache)
             if isinstance(p, Skip) or not isinstance(p, Prediction):
                 continue
-            dtype = p.device.cols[0]
+            dt = dtype_of(r.dtype)
+            dtype = dt.name.lower() if dt is not None else r.dtype
             out[key(category, p.profile, dtype)].append((r.id, abs(p.err)))
             print(f"{r.id:<9} {p.profile:<10} {dtype:<9} {100 * p.err:+7.1f}%", flush=True)
     return out

@@ -45,3 +45,16 @@ def test_the_shipped_file_parses() -> None:
     doc = accuracy.table()
     for k, e in doc.get("entries", {}).items():
         assert k.count("/") == 2 and e["rows"] == len(e["row_ids"]) >= 1 and e["mape_pct"] >= 0
+
+
+def test_kernel_and_predict_carry_the_note(shipped: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from torchsim.cli import main
+
+    assert main(["kernel", "gemm", "--m", "128", "--n", "128", "--k", "128", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["accuracy"]["note"].startswith("GEMM on h100-sxm bf16: 7.1% MAPE over 14")
+    assert out["accuracy"]["validation"]["rows"] == 14
+    assert main(["predict", "llama-tiny", "--prompt", "16", "--decode", "2", "--json", "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "outside anything validated" in doc["accuracy"]["e2e_inference"]
+    assert doc["accuracy"]["gemm"].startswith("GEMM on h100-sxm bf16: 7.1%")

@@ -108,9 +108,12 @@ def run(args: argparse.Namespace) -> int:
         preds.append(predict(args.model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                              preset=args.preset, routing=args.routing, fallback=args.fallback,
                              workers=args.workers, progress=not args.json and sys.stderr.isatty()))
+    from torchsim.cli.predict import accuracy_notes
+
+    dtype = getattr(args, "dtype", "bf16")
     if args.json:
-        for p in preds:
-            print(json.dumps(p.to_dict(kernels=False), default=str))
+        for p, hw in zip(preds, profiles):
+            print(json.dumps({**p.to_dict(kernels=False), "accuracy": accuracy_notes(hw.name, dtype)}, default=str))
     else:
         for w in (w for p in preds for w in p.warnings):
             print(f"warning: {w}", file=sys.stderr)
@@ -120,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         summaries = [summarize(prediction_records(p), top=args.top, ttft_s=p.ttft_s,
                                tpot_s=p.tpot_s if p.decode_steps else None) for p in preds]
         print(comparison_table(summaries, top=args.top))
+        print("\naccuracy (against published measurements; docs/validation.md):")
+        for hw in profiles:
+            print(f"  - {accuracy_notes(hw.name, dtype)['e2e_inference']}")
     title = f"{preds[0].model}: prompt {args.prompt}, {args.decode} decode steps, batch {args.batch}"
     for line in export_predictions(args, preds, profiles, title):
         print(line, file=sys.stderr if args.json else sys.stdout)

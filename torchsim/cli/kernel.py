@@ -122,6 +122,10 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         "sim_wall_s": res.attrs.get("wall_s"), "node_events": res.node_events,
         "tensor_datapath_fill": kernel.tensor_datapath_fill() if hasattr(kernel, "tensor_datapath_fill") else None,
     }
+    from torchsim.validation import accuracy
+
+    kind, dt = accuracy.kind_of_template(out["template"]), kernel.classes[0].graph.dtype.name.lower()
+    out["accuracy"] = {"note": accuracy.note(kind, hw.name, dt), "validation": accuracy.entry(kind, hw.name, dt)}
     # Tenstorrent: device time (the engine's) and the host-visible time of one op per timing method
     visible = hw.host_visible_times(res.time_s) if hasattr(hw, "host_visible_times") else None
     if visible:
@@ -144,6 +148,7 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
           f"{hw.dram_bytes_per_s_value / 1e9:.0f} GB/s), L2 hit rate {100 * res.l2_hit_rate:.1f}%")
     print(f"  waves       {res.waves:10.2f}      ({res.ctas} CTAs, {res.ctas_per_sm} per SM)")
     print(f"  bound       {res.bound}")
+    print(f"  accuracy    {out['accuracy']['note']}")
     print("  utilisation " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in res.unit_busy.items()))
     fill = out["tensor_datapath_fill"]
     if fill is not None and fill < 0.99:

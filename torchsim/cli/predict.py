@@ -7,6 +7,7 @@ tables (or one JSON object with `--json`). MODEL is a registered name or a path 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -85,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile
 
+    notes = accuracy_notes(get_profile(args.hw).name, args.dtype)
     if args.json:
-        print(pred.to_json())
+        doc = json.loads(pred.to_json())
+        doc["accuracy"] = notes
+        print(json.dumps(doc))
         for line in export_predictions(args, [pred], [get_profile(args.hw)]):
             print(line, file=sys.stderr)
         return 0
@@ -102,9 +106,19 @@ def run(args: argparse.Namespace) -> int:
     print("assumptions:")
     for a in pred.assumptions:
         print(f"  - {a}")
+    print("accuracy (against published measurements; docs/validation.md):")
+    for n in notes.values():
+        print(f"  - {n}")
     for line in export_predictions(args, [pred], [get_profile(args.hw)]):
         print(line)
     return 0
+
+
+def accuracy_notes(profile: str, dtype: str) -> dict[str, str]:
+    """The shipped validation error of the end-to-end prediction and of its main kernel kinds on this profile."""
+    from torchsim.validation import accuracy
+
+    return {kind: accuracy.note(kind, profile, dtype) for kind in ("e2e_inference", "gemm", "attention")}
 
 
 def _grid_profile(args: argparse.Namespace) -> Any:

@@ -55,3 +55,15 @@ def note(kind: str, profile: str, dtype: str) -> str:
     derived = f"; this profile is derived from {base}" if base != profile else ""
     return (f"{name} on {base} {dtype}: {e['mape_pct']:.1f}% MAPE over {e['rows']} published "
             f"row{'s' if e['rows'] != 1 else ''}{loso}{derived}")
+
+
+def kind_of_template(template: str) -> str:
+    """The validation kind a kernel template's numbers are judged by ('gemm/sm90-ws-cooperative' -> 'gemm')."""
+    head = template.split("/")[0]
+    if head in ("gemm",):
+        return "gemm"
+    if head in ("attention", "flash_decode", "flash_mla"):
+        return "attention"
+    if head == "grouped_gemm":
+        return "moe_grouped_gemm"
+    return head
