@@ -1,8 +1,9 @@
 """Perfetto export: the end-to-end view of predictions and, through `perfetto_detail`, kernel detail views.
 
 End-to-end: a process per device (one per hardware profile when comparing, each aligned at zero), a
-thread track per stream, one slice per kernel with its shapes, cycles and bound as arguments, enclosed in
-phase slices (prefill, decode) and decode-step slices. Timestamps are ns; cycles travel as arguments.
+thread track per stream, one slice per kernel with its shapes, cycles and bound as arguments, a `launch gap`
+slice for the launch model's idle time before a kernel, enclosed in phase slices (prefill, decode) and
+decode-step slices. Timestamps are ns; cycles travel as arguments.
 """
 
 from __future__ import annotations
@@ -83,20 +84,30 @@ def emit_prediction(w: TraceWriter, pred: PredictionRecords, label: str | None =
         _emit_stream(w, track, kernels, t0_us, name)
 
 
+GAP_SLICE = "launch gap"
+
+
 def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us: float, device: str) -> None:
     prev_end = -1
     prev_name = ""
     for phase, in_phase in groupby(kernels, key=lambda k: k.phase):
         in_phase_list = list(in_phase)
+        opened = -1  # start of the innermost enclosing slice (a gap slice stays inside it)
         if phase:
-            w.begin(max(prev_end, _ns(in_phase_list[0].start_us - t0_us)), track, phase)
+            opened = max(prev_end, _ns(in_phase_list[0].start_us - t0_us))
+            w.begin(opened, track, phase)
         for step, in_step in groupby(in_phase_list, key=lambda k: k.decode_step):
             step_list = list(in_step)
             if phase and step is not None:
-                w.begin(max(prev_end, _ns(step_list[0].start_us - t0_us)), track, f"decode step {step}")
+                opened = max(prev_end, _ns(step_list[0].start_us - t0_us))
+                w.begin(opened, track, f"decode step {step}")
             for k in step_list:
                 start = _ns(k.start_us - t0_us)
                 end = _ns(k.start_us + k.duration_us - t0_us)
+                gap_from = max(prev_end, opened, start - _ns(k.gap_us or 0.0), 0)
+                if start - gap_from > 1:  # the launch model's idle time before this kernel
+                    w.slice(gap_from, start - gap_from, track, GAP_SLICE, {"launch": "device gap / host issue"},
+                            unique_args={"gap_ns": start - gap_from})
                 if start < prev_end:
                     if prev_end - start > 1:  # more than ns rounding: the stream is not serial
                         raise ValueError(f"{device}: kernel {k.kernel_index} {k.kernel_name!r} starts at "

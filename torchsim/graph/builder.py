@@ -126,6 +126,15 @@ class GraphBuilder:
     def num_nodes(self) -> int:
         return len(self._op)
 
+    @property
+    def num_barriers(self) -> int:
+        return len(self._barriers)
+
+    def roots(self) -> list[int]:
+        """Nodes added so far that no edge leads to (ready when the CTA launches)."""
+        has_pred = {d for _, d, _ in self._edges}
+        return [i for i in range(len(self._op)) if i not in has_pred]
+
     def build(self, validate: bool = True) -> TileGraph:
         if not self._op:
             raise GraphError(f"template {self.name!r} has no nodes")

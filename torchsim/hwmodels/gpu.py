@@ -74,6 +74,16 @@ class GpuProfile:
     dram_bytes_per_s: Quantity  # sustained
     dram_latency_cycles: Quantity
     dram_bytes: Quantity
+    # -- fixed costs every kernel pays, and the DRAM path by traffic kind (torchsim issue 12) ------------
+    # The prologue nodes (templates/prologue.py) fetch each TMA tensor map from global memory and initialise
+    # the CTA's mbarriers in shared memory before the first load; their cost comes from the memory model.
+    tensormap_bytes: Quantity  # one TMA tensor-map descriptor (CUtensorMap), read in a TMA kernel's prologue
+    mbarrier_bytes: Quantity  # one mbarrier object in shared memory, written by mbarrier.init in the prologue
+    # achievable DRAM bandwidth by traffic kind (STREAM-style); the engine's one DRAM server still serves all
+    # traffic at dram_bytes_per_s (see docs/architecture.md §3 for how it should use these)
+    dram_read_bytes_per_s: Quantity  # read-only stream
+    dram_write_bytes_per_s: Quantity  # write-only stream
+    dram_copy_bytes_per_s: Quantity  # one read + one write stream, every byte moved counted
     cta_launch_cycles: Quantity
     launch_overhead_s: Quantity  # gap between dependent kernel launches (stream, no CUDA graph)
     graph_launch_overhead_s: Quantity  # the same under CUDA graphs
@@ -110,6 +120,9 @@ class GpuProfile:
             raise ValueError(f"profile {self.name!r}: static_power_w must be below power_limit_w")
         if not 0 < self.dvfs_voltage_floor.value <= 1:
             raise ValueError(f"profile {self.name!r}: dvfs_voltage_floor must be in (0, 1]")
+        for name in ("dram_read_bytes_per_s", "dram_write_bytes_per_s", "dram_copy_bytes_per_s"):
+            if not 0 < getattr(self, name).value <= self.dram_peak_bytes_per_s.value:
+                raise ValueError(f"profile {self.name!r}: field {name} must be > 0 and at most dram_peak_bytes_per_s")
 
     # -- float views used on hot paths ---------------------------------------------------------------
     @property
@@ -183,8 +196,20 @@ def sm_limits(device: str, combined: str | None = None) -> dict[str, Any]:
 # Tensor energies per FLOP, bf16, at V(clock_max_hz): printed by scripts/calibrate_power.py (sources at the fields).
 A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2075, 0.8269, 0.5383
 
-_LAUNCH = ("assumed: typical back-to-back launch gap of a CUDA stream without graphs (host-bound PyTorch eager "
-           "is slower); a what-if TOML overrides it")
+GPU_BENCHES = "github te42kyfo/gpu-benches @ 1c36d509ee717dca9215c27135fa1e611bb03ed1"
+MICROBENCH_BW = "github SemiAnalysisAI/microbench-blackwell @ 9a068d853d5c3676939eb46fe21ff6d6a2a4133b"
+TENSORMAP = doc(128, "B", "CUDA driver API cuda.h: CUtensorMap is CU_TENSOR_MAP_NUM_QWORDS = 16 64-bit words")
+MBARRIER = doc(8, "B", "PTX ISA 'Size and alignment of mbarrier object': an opaque 64-bit object in shared memory")
+
+
+def small_kernel_gap(period_s: float, source: str, kernel_s: float, what: str) -> Quantity:
+    """The device gap between back-to-back kernels: gpu-small-kernels' per-kernel period (the intercept a of
+    T = a + V/b over V < 2 MB, A[i] = 0.25 B[i]) less what torchsim simulates for that kernel at its smallest
+    size (N = 4096 fp64, 64 KB: CTA launch, one L2 round trip, the store; see tests/test_fixed_costs.py), so
+    that gap + simulated kernel = the measured period."""
+    return derived(round(period_s - kernel_s, 9), "s", f"{source}: {what} period {period_s * 1e6:.2f} us/kernel "
+                   f"(fit intercept) less the simulated 64 KB kernel ({kernel_s * 1e6:.2f} us)")
+
 
 POWER_NOTES = "power.md (torchsim research notes on power/DVFS)"
 _VFLOOR = ("assumed: H800 (H100 SXM silicon) reports 725 mV at its 345 MHz idle clock (find_string id 19203529334, "
@@ -241,9 +266,21 @@ a100_sxm = GpuProfile(
                               " (mean of 1.88 write / 1.77 read stream)"),
     dram_latency_cycles=measured(550, "cycles", "published_dev.csv UBENCH-008"),
     dram_bytes=doc(80e9, "B", fact(A100, "memory.hbm_capacity")),
-    cta_launch_cycles=assumed(200, "cycles", "assumed: CTA dispatch and prologue to first issue"),
-    launch_overhead_s=assumed(2.5e-6, "s", _LAUNCH),
-    graph_launch_overhead_s=assumed(1.0e-6, "s", "assumed: kernel-to-kernel gap inside a CUDA graph"),
+    tensormap_bytes=doc(0, "B", fact(A100, "async.tma") + " (no TMA on sm80: no tensor maps)"),
+    mbarrier_bytes=MBARRIER,
+    dram_read_bytes_per_s=measured(1.769e12, "B/s", fact(A100, "memory.hbm_bandwidth_measured_stream") +
+                                   " (gpu-stream read, 1024-thread blocks)"),
+    dram_write_bytes_per_s=measured(1.880e12, "B/s", fact(A100, "memory.hbm_bandwidth_measured_stream") +
+                                    " (gpu-stream init, 1024-thread blocks)"),
+    dram_copy_bytes_per_s=measured(1.732e12, "B/s", GPU_BENCHES + " gpu-stream/a100_80.txt (scale: 1 load + 1 "
+                                   "store stream, 1024-thread blocks)"),
+    cta_launch_cycles=assumed(200, "cycles", "assumed: cycles from a CTA's dispatch to an SM until its first "
+                              "node can issue (the engine delays every CTA by it, so the first wave also pays it "
+                              "as the grid start); no CTA launch-latency or launch-rate microbenchmark found"),
+    launch_overhead_s=small_kernel_gap(2.62e-6, GPU_BENCHES + " gpu-small-kernels/a100_80.txt", 0.73e-6,
+                                       "eager-stream back-to-back"),
+    graph_launch_overhead_s=small_kernel_gap(1.34e-6, GPU_BENCHES + " gpu-small-kernels/a100_80_graph.txt",
+                                             0.73e-6, "CUDA-graph back-to-back"),
     # -- power and DVFS --
     power_limit_w=doc(400, "W", fact(A100, "power.tdp")),
     static_power_w=measured(88, "W", "A100 idle in Horace He, 'Strangely, Matrix Multiplications on GPUs Run Faster "
@@ -323,6 +360,20 @@ h100_sxm = replace(
     dram_pj_per_byte=assumed(24, "pJ/B", _HBM3_E),
     l2_pj_per_byte=assumed(5, "pJ/B", _L2_4N),
     simt_pj_per_op=assumed(5, "pJ/op", _SIMT_4N),
+    tensormap_bytes=TENSORMAP,
+    dram_read_bytes_per_s=measured(3.13e12, "B/s", "published_dev.csv UBENCH-029 (single-pass sum reduction: "
+                                   "read-only, 3134 GB/s)"),
+    dram_write_bytes_per_s=measured(3.01e12, "B/s", fact(H100, "memory.hbm_bandwidth_measured") + " (MT4G write)"),
+    dram_copy_bytes_per_s=derived(2.85e12, "B/s", "0.852 x 3.35 TB/s peak: the copy (scale) share of peak measured "
+                                  "on H100 PCIe, published_dev.csv UBENCH-027 (1704 of ~2000 GB/s)"),
+    launch_overhead_s=derived(1.80e-6, "s", "H200's period (same GH100 and launch path; " + GPU_BENCHES +
+                              " gpu-small-kernels/h200.txt, 2.48 us) less the simulated 0.68 us kernel; "
+                              "the repository has no H100 small-kernel data"),
+    graph_launch_overhead_s=derived(0.62e-6, "s", "~1.3 us/kernel under CUDA graphs (Hazy Research 'Look Ma, No "
+                                    "Bubbles', hazyresearch.stanford.edu/blog/2025-05-27-no-bubbles, as summarised "
+                                    "at mlops.substack.com/p/one-megakernel-to-rule-llama-1b) less the simulated "
+                                    "0.68 us kernel; agrees with H200's 1.27 us (" + GPU_BENCHES +
+                                    " gpu-small-kernels/h200_graph.txt)"),
 )
 
 h200 = replace(
@@ -342,6 +393,14 @@ h200 = replace(
     power_limit_w=doc(700, "W", fact(H200, "power.tdp")),
     static_power_w=measured(74.6, "W", "H200 SXM idle board power, nvidia-smi -q 'GPU Power Readings' (find_string id "
                             "9046480431, " + POWER_NOTES + " §3)"),
+    dram_read_bytes_per_s=measured(3.89e12, "B/s", fact(H200, "memory.hbm_bandwidth_measured") + " (L2-bench DRAM "
+                                   "plateau; gpu-stream read, 2.76 TB/s, is still rising at 1024 threads)"),
+    dram_write_bytes_per_s=measured(3.898e12, "B/s", GPU_BENCHES + " gpu-stream/h200.txt (init, 1024-thread blocks)"),
+    dram_copy_bytes_per_s=measured(3.165e12, "B/s", GPU_BENCHES + " gpu-stream/h200.txt (scale, 1024-thread blocks)"),
+    launch_overhead_s=small_kernel_gap(2.48e-6, GPU_BENCHES + " gpu-small-kernels/h200.txt", 0.67e-6,
+                                       "eager-stream back-to-back"),
+    graph_launch_overhead_s=small_kernel_gap(1.27e-6, GPU_BENCHES + " gpu-small-kernels/h200_graph.txt", 0.67e-6,
+                                             "CUDA-graph back-to-back"),
 )
 
 b200 = replace(
@@ -408,6 +467,17 @@ b200 = replace(
                                       "B200 MAMF bf16 vs fp8 TFLOPS (ml-engineering README @ 744d01e, " +
                                       POWER_NOTES + " §1; equal clocks assumed)"),
     tensor_pj_per_flop_tf32=assumed(2 * B200_BF16_PJ, "pJ/FLOP", _TF32_E),
+    dram_read_bytes_per_s=measured(7.26e12, "B/s", MICROBENCH_BW + " tma2d_throughput/tma2d_tput_results.csv (TMA "
+                                   "2D read, 1 CTA/SM, 128 KB in flight per SM, ncu dram__bytes_read)"),
+    dram_write_bytes_per_s=assumed(6.9e12, "B/s", "assumed: the sustained figure (no B200 write-only stream "
+                                   "measurement found)"),
+    dram_copy_bytes_per_s=assumed(5.6e12, "B/s", "assumed: 0.81 x the write figure, H200's copy/write ratio (" +
+                                  GPU_BENCHES + " gpu-stream/h200.txt: 3165 / 3898 GB/s); no B200 copy stream found"),
+    launch_overhead_s=assumed(1.81e-6, "s", "assumed: H200's gap (no B200 back-to-back small-kernel data; a "
+                              "host-timed single launch, dogacel.github.io 2026-03-14 'four counter-intuitive "
+                              "lessons', implies more, ~4.3 us, but includes the synchronisation)"),
+    graph_launch_overhead_s=assumed(0.60e-6, "s", "assumed: H200's gap under CUDA graphs (no B200 back-to-back "
+                                    "data; the same blog's graph replay implies ~1.8 us including the sync)"),
 )
 
 GPU_PROFILES: dict[str, GpuProfile] = {p.name: p for p in (a100_sxm, h100_sxm, h200, b200)}

@@ -47,10 +47,13 @@ POSITIVE = frozenset({"clock_hz", "dram_bytes_per_s", "dram_peak_bytes_per_s", "
                       "fma_flop_per_clk_per_sm", "sfu_ops_per_clk_per_sm", "ldst_bytes_per_clk_per_sm",
                       "tensor_subop_flop", "tensor_latency_cycles", "l2_bytes", "tma_bytes_per_clk_per_sm",
                       "tmem_bytes_per_clk_per_sm", "power_limit_w", "clock_max_hz", "clock_min_hz",
-                      "dvfs_voltage_floor"})
+                      "dvfs_voltage_floor", "dram_read_bytes_per_s", "dram_write_bytes_per_s",
+                      "dram_copy_bytes_per_s"})
 # how far a what-if may move a number from its base (either way): beyond it, a typo (1e-300 B/s) would overflow
 # the engine's cycle arithmetic instead of exploring a design
 MAX_RATIO = 1e4
+# DRAM bandwidth by traffic kind: scaled with dram_bytes_per_s when only that is overridden
+STREAMS = ("dram_read_bytes_per_s", "dram_write_bytes_per_s", "dram_copy_bytes_per_s")
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "u": 1e-6,
            "µ": 1e-6, "n": 1e-9, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
 
@@ -168,6 +171,15 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
             changes["dram_peak_bytes_per_s"] = Quantity(
                 scaled, peak.unit, "assumed", f"what-if {where}: peak scaled with dram_bytes_per_s "
                 f"({sustained.value / base_sustained:.3g}x of {base.name}'s)")
+    if sustained is not None and fields["dram_bytes_per_s"].value > 0:  # stream figures scale with the sustained
+        ratio = sustained.value / fields["dram_bytes_per_s"].value
+        for stream in STREAMS:
+            if stream in fields and stream not in changes:
+                q = fields[stream]
+                cap = changes.get("dram_peak_bytes_per_s", fields.get("dram_peak_bytes_per_s"))
+                value = min(q.value * ratio, cap.value) if cap is not None else q.value * ratio
+                changes[stream] = Quantity(value, q.unit, "assumed", f"what-if {where}: scaled with "
+                                         f"dram_bytes_per_s ({ratio:.3g}x of {base.name}'s, at most the peak)")
     if "smem_per_cta_bytes" not in changes and "smem_per_sm_bytes" in changes and "smem_per_cta_bytes" in fields:
         cta = fields["smem_per_cta_bytes"]
         if cta.value > changes["smem_per_sm_bytes"].value:  # a CTA never gets more than its SM has

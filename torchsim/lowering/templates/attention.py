@@ -29,6 +29,7 @@ from torchsim.lowering.templates.attention_config import (
     kv_blocks,
 )
 from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
+from torchsim.lowering.templates.prologue import add_prologue
 
 PARAMS = ("b", "h", "hk", "m")
 
@@ -45,7 +46,7 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
     classes = []
     for cr in group_ctas(rows, PARAMS, order=lambda key: -key[0]):
         n, masked = cr.key
-        graph = write_cta(cfg, shape, n, masked, datapath_rows=datapath_rows(cfg.variant, hw),
+        graph = write_cta(cfg, shape, n, masked, hw=hw, datapath_rows=datapath_rows(cfg.variant, hw),
                           tmem_accumulators=hw.tmem_bytes_per_sm.value > 0)
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
@@ -80,12 +81,16 @@ def smem_bytes(cfg: AttnConfig, shape: AttnShape) -> int:
 
 
 def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int, name: str = "attention",
-              **writer: Any) -> TileGraph:
+              hw: GpuProfile | None = None, **writer: Any) -> TileGraph:
     """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask;
-    `writer` options (AttnWriter fields) say where its tiles come from and go (split-KV, paged K/V)."""
+    `writer` options (AttnWriter fields) say where its tiles come from and go (split-KV, paged K/V).
+    With `hw`, a TMA variant's CTA starts with its prologue (Q, K, V, O tensor maps; a full and an empty
+    mbarrier per K/V stage and one for Q)."""
     b = GraphBuilder(f"{name}/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/{n}blocks/{masked}masked", shape.dtype)
     w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=cfg.variant is not AttnVariant.FA2, **writer)
     {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4}[cfg.variant](w, cfg, n, masked)
+    if hw is not None and w.tma:
+        add_prologue(b, hw, 0, tensormaps=4, barriers=2 * cfg.stages + 1)
     return b.build()
 
 

@@ -117,7 +117,7 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     for cr in group_ctas(table, ("b", "hk", "m", "n0", "sp"), order=lambda key: -key[0]):
         n, masked = cr.key
         pages = math.ceil(n * cfg.bn / page_size) if page_size else 0
-        graph = write_cta(cfg, packed, n, masked, name="flash_decode", **{**opts, "pages": pages})
+        graph = write_cta(cfg, packed, n, masked, name="flash_decode", hw=hw, **{**opts, "pages": pages})
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, packed)))
     out_rows = shape.batch * shape.heads_q * shape.seq_q

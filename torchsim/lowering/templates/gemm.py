@@ -20,6 +20,7 @@ from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config, fit_config
 from torchsim.lowering.templates.gemm_parts import GemmWriter
+from torchsim.lowering.templates.prologue import add_prologue
 from torchsim.lowering.templates.tiling import ClassPlan, cta_classes, work_units
 
 
@@ -85,6 +86,11 @@ def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType,
     }
     writers[cfg.pipeline](w, plan.kts)
     w.link_slots()
+    if w.async_copy:  # TMA pipelines: A, B and C tensor maps (+ the bias / residual source); a full and an
+        # empty mbarrier per stage (+ full/empty for each of sm100's two TMEM accumulators)
+        tmem_acc = 4 if cfg.pipeline is Pipeline.SM100_TCGEN05 else 0
+        add_prologue(b, hw, 0, tensormaps=3 + (epi in (Epilogue.BIAS, Epilogue.RESIDUAL)),
+                     barriers=2 * cfg.stages + tmem_acc)
     return b.build()
 
 

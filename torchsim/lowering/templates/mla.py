@@ -13,6 +13,7 @@ from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space
 from torchsim.hwmodels.gpu import Arch, GpuProfile
 from torchsim.lowering.templates.attention_config import FLOP_PER_LANE_OP, AttnShape
 from torchsim.lowering.templates.attention_parts import OUT_DTYPE, AttnWriter, group_ctas, link
+from torchsim.lowering.templates.prologue import add_prologue
 
 MLA_BLOCK = 64  # query rows per CTA and tokens per K/V block (FlashMLA's page block size)
 MLA_THREADS = 256  # two warp groups
@@ -56,7 +57,7 @@ def mla_split_kernel(shape: AttnShape, hw: GpuProfile, splits: int, page_size: i
                        MLA_HEAD_DIM_V, tma=True, q_head="hk", kv_base="n0", split="sp" if splits > 1 else "",
                        pages=math.ceil(n * MLA_BLOCK / page_size) if page_size else 0,
                        kv_gather=0 < page_size < MLA_BLOCK, datapath_rows=int(hw.tensor_datapath_rows.value))
-        classes.append(CtaClass(_write(w, n, shape.seq_kv % MLA_BLOCK != 0), cr.params, cr.names,
+        classes.append(CtaClass(_write(w, n, shape.seq_kv % MLA_BLOCK != 0, hw), cr.params, cr.names,
                                 threads=MLA_THREADS, regs_per_thread=MLA_REGS, smem_bytes=mla_smem(shape.dtype)))
     out_rows = shape.batch * rows
     out = splits * out_rows * (MLA_HEAD_DIM_V + 1) * 4.0 if splits > 1 else out_rows * MLA_HEAD_DIM_V * 2.0
@@ -71,7 +72,7 @@ def mla_split_kernel(shape: AttnShape, hw: GpuProfile, splits: int, page_size: i
                "launches": 2 if splits > 1 else 1})
 
 
-def _write(w: AttnWriter, n: int, ragged: bool) -> TileGraph:
+def _write(w: AttnWriter, n: int, ragged: bool, hw: GpuProfile) -> TileGraph:
     """FlashMLA splitkv kernel (sm90): warp group 0 computes S = Q K_j^T and the softmax, shares P and the
     row scales through shared memory, and accumulates O[:, :256]; warp group 1 issues the TMA loads (Q, a
     two-block K/V ring) and accumulates O[:, 256:] from the same P. V_j is K_j's first 512 columns."""
@@ -110,6 +111,7 @@ def _write(w: AttnWriter, n: int, ragged: bool) -> TileGraph:
                       name=f"normalize{c}")
         b.data(last, norm)
         b.data(norm, w.store_o(g, MLA_BLOCK, aff(m=1), f"store_O{c}", col_parts=2, col=c)[0])
+    add_prologue(b, hw, wg1, tensormaps=3, barriers=5)  # Q, KV, O maps; Q + full/empty of the 2-block ring
     return b.build()
 
 
