@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import asdict, fields
 from functools import lru_cache
 from pathlib import Path
@@ -47,10 +48,28 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+class CacheWarning(UserWarning):
+    """A cache entry was damaged or edited; it was discarded and will be recomputed."""
+
+
+def _checksum(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _verified(doc: Any) -> Any:
+    """The entry's data after its checksum matches (an entry edited by hand, or cut short, does not)."""
+    if not isinstance(doc, dict) or set(doc) != {"checksum", "data"}:
+        raise ValueError("not a torchsim cache entry (no checksum)")
+    if doc["checksum"] != _checksum(doc["data"]):
+        raise ValueError("checksum does not match the content")
+    return doc["data"]
+
+
 class DiskCache:
     """Kernel results under `root/kernels/<key>.json`.
 
     >>> import tempfile
+import warnings
     >>> c = DiskCache(Path(tempfile.mkdtemp()))
     >>> c.get("nothing") is None
     True
@@ -60,25 +79,50 @@ class DiskCache:
         self.root = (root or default_root()) / "kernels"
         self.hits = 0
         self.writes = 0
+        self.discarded = 0
 
     def key(self, call_key: Any, hw_name: str, hw_hash: str, max_events: int) -> str:
         blob = json.dumps([torchsim.__version__, code_fingerprint(), repr(call_key), hw_name, hw_hash, max_events])
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def get(self, key: str, cls: type | None = None) -> Any:
-        """The cached object (built with `cls(**fields)`), or None; an unreadable entry counts as a miss."""
+        """The cached object (built with `cls(**fields)`), or None on a miss.
+
+        An entry is checked before use: its content checksum, its fields (those of `cls`), and the values
+        (`cls.check_entry` where defined, e.g. no negative or NaN time). A damaged or edited entry is reported
+        once (a warning naming the file and what was wrong), deleted, and counts as a miss (recomputed).
+        """
         path = self.root / f"{key}.json"
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            text = path.read_text()
+        except OSError:
             return None
-        if cls is None:
-            return data
-        names = {f.name for f in fields(cls)}
-        if set(data) != names:
+        try:
+            doc = json.loads(text)
+            data = _verified(doc)
+            if cls is None:
+                return data
+            names = {f.name for f in fields(cls)}
+            if set(data) != names:
+                raise ValueError(f"fields {sorted(set(data) ^ names)} differ from {cls.__name__}'s")
+            obj = cls(**data)
+            check = getattr(obj, "check_entry", None)
+            if check is not None:
+                check()
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            self._discard(path, str(exc))
             return None
         self.hits += 1
-        return cls(**data)
+        return obj
+
+    def _discard(self, path: Path, why: str) -> None:
+        warnings.warn(f"torchsim cache: discarded damaged entry {path} ({why}); it will be recomputed",
+                      CacheWarning, stacklevel=3)
+        self.discarded += 1
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
     def put(self, key: str, obj: Any) -> None:
         """Write atomically (temporary file + rename); a full or read-only disk only loses the entry."""
@@ -86,7 +130,8 @@ class DiskCache:
             self.root.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
             with os.fdopen(fd, "w") as f:
-                json.dump(asdict(obj), f, default=str)
+                data = json.loads(json.dumps(asdict(obj), default=str))  # what a reader will see
+                json.dump({"checksum": _checksum(data), "data": data}, f)
             os.replace(tmp, self.root / f"{key}.json")
             self.writes += 1
         except OSError:

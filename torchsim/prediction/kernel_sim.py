@@ -9,6 +9,7 @@ budget are simulated at two smaller K and extrapolated, and calls without a temp
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import as_completed
@@ -44,6 +45,23 @@ class KernelSim:
     clock_reason: str = ""  # why that clock: "boost: ...", "power-limited: ...", a roofline's profile clock
     power_w: float = 0.0  # average board power at that clock
 
+    def check_entry(self) -> None:
+        """Raise ValueError when a value cannot come from a simulation (a cache entry read back is checked)."""
+        for name in ("cycles", "time_s", "flops", "dram_bytes", "events", "clock_hz", "power_w"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} = {v!r} is not a finite non-negative number")
+        if not 0.0 <= self.l2_hit_rate <= 1.0:
+            raise ValueError(f"l2_hit_rate = {self.l2_hit_rate!r} is outside [0, 1]")
+        for name in ("unit_util", "stalls"):
+            d = getattr(self, name)
+            if not isinstance(d, dict) or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
+                                                  for x in d.values()):
+                raise ValueError(f"{name} is not a table of finite non-negative numbers")
+        for name in ("template", "bound", "method", "clock_reason"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} is not text")
+
 
 @dataclass(frozen=True)
 class Launches:
@@ -52,8 +70,14 @@ class Launches:
     launches: tuple[KernelSim, ...]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.launches, (list, tuple)) or not self.launches:
+            raise ValueError("launches is not a non-empty list")
         object.__setattr__(self, "launches", tuple(s if isinstance(s, KernelSim) else KernelSim(**s)
                                                    for s in self.launches))
+
+    def check_entry(self) -> None:
+        for s in self.launches:
+            s.check_entry()
 
 
 _MEMO: dict[tuple[Any, ...], tuple[KernelSim, ...]] = {}
