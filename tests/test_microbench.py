@@ -155,3 +155,18 @@ def test_a_failed_run_leaves_the_old_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert main(["microbench", "--out", str(out), "--device", "cpu", "--hw", "h100-sxm"]) == 2
     assert out.read_text() == "old\n"
     assert list(tmp_path.iterdir()) == [out]  # no temporary file left
+
+
+def test_graph_gemm_rows_constrain_the_graph_gap(tmp_path: Path) -> None:
+    """GEMMs timed in a CUDA graph (made by hand: capture needs a GPU) are what `graph_launch_overhead_s` is
+    fitted to, the eager ones `launch_overhead_s`."""
+    env = mb.Environment("cuda", "NVIDIA H100 80GB HBM3", "2.x", "12.x", "550", 50 * mb.MiB)
+    ms = [mb.Measurement("gemm", f"torch.matmul{', in one CUDA graph' if method == 'cuda-graph' else ''}", "bf16",
+                         {"M": s, "N": s, "K": s, "layout": "NN"}, "time_us", 8.0, "us", method)
+          for method in ("cuda-events-loop", "cuda-graph") for s in (128, 256, 512)]
+    path = tmp_path / "mb.csv"
+    mb.write_rows(mb.to_rows(ms, "h100-sxm", env, FAST), path)
+    c = calibrate("h100-sxm", path, ["launch_overhead_s", "graph_launch_overhead_s"], min_rows=1)
+    sensitive = {p.field: set(p.sensitive_rows) for p in c.fit.params}
+    assert sensitive["launch_overhead_s"] == {"MB-001", "MB-002", "MB-003"}
+    assert sensitive["graph_launch_overhead_s"] == {"MB-004", "MB-005", "MB-006"}

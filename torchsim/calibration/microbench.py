@@ -38,6 +38,7 @@ from torchsim.validation.published import COLUMNS, HW_MAP
 
 Log = Callable[[str], None]
 
+GRAPH_GEMM_FLOPS = 1e10  # GEMMs up to this many FLOPs are also timed inside a CUDA graph (their launch gap shows)
 SOURCE = "torchsim microbench"  # timing_methods.csv maps "torchsim microbench cuda-graph" and "torchsim microbench"
 
 
@@ -159,6 +160,25 @@ def time_loop(fn: Callable[[], Any], device: str, timing: Timing, calls_per_fn: 
     return out
 
 
+def time_graph(fn: Callable[[], Any], kernels: int, timing: Timing) -> tuple[list[float], int]:
+    """CUDA only: seconds per kernel of `kernels` calls of `fn` captured into one CUDA graph, for each of
+    `timing.repeats` loops of back-to-back replays (a quarter of `timing.iters`, at least one), and the replays
+    per loop."""
+    torch = _torch()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()  # warm up on a side stream before capture, as CUDA-graph capture asks
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(kernels):
+            fn()
+    replays = Timing(timing.warmup, max(1, timing.iters // 4), timing.repeats)
+    return time_loop(graph.replay, "cuda", replays, calls_per_fn=kernels), replays.iters
+
+
 def _method(device: str) -> str:
     return "cuda-events-loop" if device == "cuda" else "perf-counter-loop"
 
@@ -219,6 +239,15 @@ def gemm(device: str, shapes: Sequence[tuple[int, int, int]], dtype: str = "bf16
                                f"{tflops:.4g} TFLOPS; {_spread(ts)}"))
         if log:
             log(f"gemm {dtype} {m}x{n}x{k}: {t * 1e6:.4g} us ({tflops:.4g} TFLOPS)")
+        if device == "cuda" and 2.0 * m * n * k <= GRAPH_GEMM_FLOPS:  # launch-sensitive: also inside a CUDA graph
+            gts, replays = time_graph(fn, timing.iters, timing)
+            g = statistics.median(gts)
+            out.append(Measurement("gemm", f"{workload}, {timing.iters} back-to-back in one CUDA graph", label,
+                                   {"M": m, "N": n, "K": k, "layout": "NN" if dtype == "bf16" else "NT"}, "time_us",
+                                   g * 1e6, "us", "cuda-graph", f"{2.0 * m * n * k / g / 1e12:.4g} TFLOPS; per GEMM; "
+                                   f"{_spread(gts)}", calls=replays))
+            if log:
+                log(f"gemm {dtype} {m}x{n}x{k} in a CUDA graph: {g * 1e6:.4g} us per GEMM")
     return out
 
 
@@ -329,25 +358,13 @@ def launch(device: str, kernels: int, timing: Timing = Timing(), log: Log | None
             log(f"launch eager {what}: {t * 1e6:.4g} us per kernel")
         if device != "cuda":
             continue
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()  # warm up on the capture stream, as CUDA-graph capture asks
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(kernels):
-                fn()
-        replays = Timing(timing.warmup, max(1, timing.iters // 4), timing.repeats)
-        gts = time_loop(graph.replay, device, replays, calls_per_fn=kernels)
+        gts, replays = time_graph(fn, kernels, timing)
         g = statistics.median(gts)
         out.append(Measurement("microbenchmark", f"kernel launch interval, CUDA graph replay, {what}", "n/a",
                                {"kernels": kernels, "mode": "cuda-graph"}, "time_us", g * 1e6, "us", "cuda-graph",
-                               f"per kernel, {kernels} kernels in one graph; {_spread(gts)}", calls=replays.iters))
+                               f"per kernel, {kernels} kernels in one graph; {_spread(gts)}", calls=replays))
         if log:
             log(f"launch cuda-graph {what}: {g * 1e6:.4g} us per kernel")
-        del graph
     return out
 
 
