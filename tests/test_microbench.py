@@ -88,6 +88,7 @@ def test_calibrate_reads_the_file(tmp_path: Path, rows: list[dict[str, str]]) ->
 
 def test_profile_for_maps_gpu_names_and_checks_hw() -> None:
     assert mb.profile_for("NVIDIA H100 80GB HBM3", None) == ("h100-sxm", "")
+    assert "proxy" in mb.profile_for("NVIDIA H100 PCIe", None)[1]
     assert mb.profile_for("NVIDIA H100 80GB HBM3", "h200")[0] == "h200"
     assert "would map to h100-sxm" in mb.profile_for("NVIDIA H100 80GB HBM3", "h200")[1]
     with pytest.raises(ValueError, match="maps to no torchsim profile; pass --hw"):

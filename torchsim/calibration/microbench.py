@@ -231,7 +231,14 @@ def gemm(device: str, shapes: Sequence[tuple[int, int, int]], dtype: str = "bf16
             def fn(a: Any = a8, b: Any = b8, s: Any = one) -> Any:  # type: ignore[misc]
                 return torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16)
             label, workload = "fp8_e4m3 in (per-tensor scales) / bf16 out", "torch._scaled_mm (fp8 e4m3 in, bf16 out)"
-        ts = time_loop(fn, device, timing)
+        try:
+            ts = time_loop(fn, device, timing)
+        except RuntimeError as exc:  # e.g. _scaled_mm wants dimensions that are multiples of 16: say so, go on
+            if dtype == "bf16":
+                raise
+            if log:
+                log(f"gemm {dtype} {m}x{n}x{k}: skipped ({str(exc).splitlines()[0][:120]})")
+            continue
         t = statistics.median(ts)
         tflops = 2.0 * m * n * k / t / 1e12
         out.append(Measurement("gemm", workload, label, {"M": m, "N": n, "K": k, "layout": "NN" if dtype == "bf16"
@@ -447,6 +454,8 @@ def profile_for(gpu: str, hw: str | None) -> tuple[str, str]:
         return hw, mapped[1] if mapped else ""
     if mapped is None:
         raise ValueError(f"GPU {gpu!r} maps to no torchsim profile; pass --hw with one of {', '.join(names)}")
+    if "PCIe" in gpu and mapped[0].endswith("-sxm") and not mapped[1]:
+        return mapped[0], f"a PCIe part on the {mapped[0]} profile (proxy: the SXM part has more bandwidth and power)"
     return mapped
 
 
