@@ -23,6 +23,7 @@ print("torch imported" if "torch" in sys.modules else "no torch", code)
     (["predict", "--help"], 0),
     (["kernel", "gemm", "--help"], 0),
     (["routing", "--help"], 0),
+    (["microbench", "--help"], 0),
     (["predict", "--batch", "lots"], 2),
     (["kernel", "gemm", "--m", "x"], 2),
     (["hw", "list"], 0),

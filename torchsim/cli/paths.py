@@ -14,7 +14,8 @@ from torchsim.exports.atomic import OutputError, check_destination
 OUTPUT_FORMATS = {"parquet": ("Parquet", (".parquet", ".pq")),
                   "perfetto": ("Perfetto trace", (".pftrace", ".perfetto-trace", ".perfetto", ".trace", ".pb")),
                   "plot": ("PNG", (".png",))}
-OUT_FORMATS = {"sweep": ("Parquet", (".parquet", ".pq")), "calibrate": ("what-if TOML", (".toml",))}  # --out
+OUT_FORMATS = {"sweep": ("Parquet", (".parquet", ".pq")), "calibrate": ("what-if TOML", (".toml",)),
+               "microbench": ("CSV", (".csv",))}  # --out
 INPUT_OPTIONS = ("model", "hw", "routing", "measurements", "checkpoint", "requests")
 
 

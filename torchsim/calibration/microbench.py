@@ -1,0 +1,503 @@
+"""Microbenchmarks a user runs on their own GPU: rows in the published_dev.csv schema for `torchsim calibrate`.
+
+What is measured (each a function parameterised by the device, "cuda" or "cpu", and its shapes):
+
+- `gemm`: torch.matmul in bf16, and FP8 E4M3 through torch._scaled_mm (per-tensor scales, bf16 out) where the
+  device supports it; large (compute-bound) and small (launch-bound) shapes -> `gemm` rows, metric time_us;
+- `attention`: torch.nn.functional.scaled_dot_product_attention prefill (seq_q = seq_kv) and decode (one query
+  token against a KV cache), the FlashAttention backend forced where torch has it -> `attention` rows;
+- `bandwidth`: read-only (a sum), write-only (a fill) and copy (copy_) of a buffer -> `microbenchmark` rows,
+  metric bandwidth_gbps (bytes moved / time);
+- `launch`: back-to-back empty (torch.cuda._sleep(0)) and tiny (a one-element add) kernels, eagerly and replayed
+  from a CUDA graph -> `microbenchmark` rows, metric time_us per kernel.
+
+How it is timed (the same for every row, and written into each row's notes): after `warmup` calls, CUDA events
+(time.perf_counter and a synchronize on the CPU device) around `iters` back-to-back calls, the mean per call; the
+median of `repeats` such loops is the value. L2 is not flushed between calls; clocks are not locked.
+That is what timing_methods.csv calls `cuda-events-loop` (the eager back-to-back launch gap is part of each
+call) and, for the CUDA-graph replays, `cuda-graph`: each row's `source` names the method so that
+torchsim.validation.timing maps it.
+
+torch is imported by the functions, not by this module (the command line stays torch-free until it runs).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchsim.exports.atomic import write_bytes_atomic
+from torchsim.validation.published import COLUMNS, HW_MAP
+
+Log = Callable[[str], None]
+
+GRAPH_GEMM_FLOPS = 1e10  # GEMMs up to this many FLOPs are also timed inside a CUDA graph (their launch gap shows)
+SOURCE = "torchsim microbench"  # timing_methods.csv maps "torchsim microbench cuda-graph" and "torchsim microbench"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How each measurement is timed."""
+
+    warmup: int = 5
+    iters: int = 20
+    repeats: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("warmup", "iters", "repeats"):
+            if getattr(self, name) < (0 if name == "warmup" else 1):
+                raise ValueError(f"timing {name} must be >= {0 if name == 'warmup' else 1}, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The shapes one run measures."""
+
+    gemm: tuple[tuple[int, int, int], ...]  # (M, N, K), bf16 (and FP8 where supported)
+    prefill: tuple[tuple[int, int, int, int, bool], ...]  # (batch, heads, seqlen, head_dim, causal)
+    decode: tuple[tuple[int, int, int, int], ...]  # (batch, heads, kv_len, head_dim), one query token
+    copy_bytes: tuple[int, ...]  # buffer sizes of the bandwidth tests
+    launch_kernels: int = 1000  # kernels per timed loop of the launch tests
+
+
+MiB = 1 << 20
+FULL = Shapes(
+    gemm=((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (16, 4096, 4096),
+          (64, 8192, 8192), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 1024)),
+    prefill=((16, 16, 1024, 128, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True),
+             (1, 16, 16384, 128, False)),
+    decode=((16, 32, 4096, 128), (64, 32, 4096, 128), (16, 32, 16384, 128)),
+    copy_bytes=(64 * MiB, 1024 * MiB),
+)
+QUICK = Shapes(
+    gemm=((256, 256, 256), (1024, 1024, 1024), (16, 4096, 4096), (4096, 4096, 4096)),
+    prefill=((4, 16, 4096, 128, False),),
+    decode=((16, 32, 4096, 128),),
+    copy_bytes=(256 * MiB,),
+    launch_kernels=200,
+)
+TINY = Shapes(  # the CPU pipeline test: seconds, not minutes
+    gemm=((8, 8, 8), (16, 32, 16)),
+    prefill=((1, 2, 16, 8, False),),
+    decode=((1, 2, 16, 8),),
+    copy_bytes=(64 * 1024,),
+    launch_kernels=10,
+)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    category: str  # gemm, attention, microbenchmark
+    workload: str
+    dtype: str
+    params: dict[str, Any]
+    metric: str
+    value: float
+    unit: str
+    method: str  # cuda-events-loop, cuda-graph, perf-counter-loop
+    detail: str = ""  # e.g. the TFLOPS a time corresponds to, the spread of the repeats
+    calls: int = 0  # back-to-back calls per timed loop (0: Timing.iters)
+
+
+# ---------------------------------------------------------------- timing
+
+def _torch() -> Any:
+    import torch
+    return torch
+
+
+def check_device(device: str) -> None:
+    """A clear error when `device` cannot run the suite (no CUDA build, no GPU)."""
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    try:
+        torch = _torch()
+    except ImportError:
+        raise ValueError("needs PyTorch (pip install torch, a CUDA build); nothing was "
+                         "written") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"needs a CUDA GPU and a CUDA build of PyTorch; this torch "
+                         f"({torch.__version__}) sees no CUDA device; nothing was written")
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        _torch().cuda.synchronize()
+
+
+def time_loop(fn: Callable[[], Any], device: str, timing: Timing, calls_per_fn: int = 1) -> list[float]:
+    """Seconds per call of `fn` for each of `timing.repeats` loops of `timing.iters` back-to-back calls after
+    `timing.warmup` calls (`calls_per_fn`: kernels one `fn` call issues, e.g. a graph replay)."""
+    for _ in range(timing.warmup):
+        fn()
+    _sync(device)
+    out = []
+    for _ in range(timing.repeats):
+        if device == "cuda":
+            torch = _torch()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(timing.iters):
+                fn()
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            for _ in range(timing.iters):
+                fn()
+            seconds = time.perf_counter() - t0
+        out.append(seconds / (timing.iters * calls_per_fn))
+    if not all(math.isfinite(s) and s > 0 for s in out):
+        raise RuntimeError(f"timer returned non-positive per-call times {out}")
+    return out
+
+
+def time_graph(fn: Callable[[], Any], kernels: int, timing: Timing) -> tuple[list[float], int]:
+    """CUDA only: seconds per kernel of `kernels` calls of `fn` captured into one CUDA graph, for each of
+    `timing.repeats` loops of back-to-back replays (a quarter of `timing.iters`, at least one), and the replays
+    per loop."""
+    torch = _torch()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()  # warm up on a side stream before capture, as CUDA-graph capture asks
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(kernels):
+            fn()
+    replays = Timing(timing.warmup, max(1, timing.iters // 4), timing.repeats)
+    return time_loop(graph.replay, "cuda", replays, calls_per_fn=kernels), replays.iters
+
+
+def _method(device: str) -> str:
+    return "cuda-events-loop" if device == "cuda" else "perf-counter-loop"
+
+
+def _spread(ts: list[float]) -> str:
+    return f"loops ranged {min(ts) * 1e6:.4g}-{max(ts) * 1e6:.4g} us per call"
+
+
+# ---------------------------------------------------------------- the measurements
+
+def fp8_supported(device: str) -> bool:
+    """torch._scaled_mm with FP8 E4M3 runs here (CUDA: compute capability 8.9 or newer)."""
+    torch = _torch()
+    if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+        return False
+    if device == "cuda" and torch.cuda.get_device_capability() < (8, 9):
+        return False
+    try:
+        a = torch.zeros(16, 16, device=device).to(torch.float8_e4m3fn)
+        one = torch.tensor(1.0, device=device)
+        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+    return True
+
+
+def gemm(device: str, shapes: Sequence[tuple[int, int, int]], dtype: str = "bf16", timing: Timing = Timing(),
+         log: Log | None = None) -> list[Measurement]:
+    """C = A @ B for each (M, N, K): bf16 torch.matmul, or fp8 (E4M3 inputs, per-tensor scales, bf16 output)
+    through torch._scaled_mm with B column-major as it requires."""
+    torch = _torch()
+    if dtype not in ("bf16", "fp8"):
+        raise ValueError(f"gemm dtype must be bf16 or fp8, got {dtype!r}")
+    out = []
+    for m, n, k in shapes:
+        if min(m, n, k) < 1:
+            raise ValueError(f"gemm shape {(m, n, k)} has a non-positive dimension")
+        a = torch.randn(m, k, device=device).to(torch.bfloat16)
+        b = torch.randn(k, n, device=device).to(torch.bfloat16)
+        fn: Callable[[], Any]
+        if dtype == "bf16":
+            def fn(a: Any = a, b: Any = b) -> Any:
+                return torch.matmul(a, b)
+            label, workload = "bf16", "torch.matmul (bf16 in, bf16 out)"
+        else:
+            a8 = a.to(torch.float8_e4m3fn)
+            b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B
+            one = torch.tensor(1.0, device=device)
+
+            def fn(a: Any = a8, b: Any = b8, s: Any = one) -> Any:  # type: ignore[misc]
+                return torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16)
+            label, workload = "fp8_e4m3 in (per-tensor scales) / bf16 out", "torch._scaled_mm (fp8 e4m3 in, bf16 out)"
+        try:
+            ts = time_loop(fn, device, timing)
+        except RuntimeError as exc:  # e.g. _scaled_mm wants dimensions that are multiples of 16: say so, go on
+            if dtype == "bf16":
+                raise
+            if log:
+                log(f"gemm {dtype} {m}x{n}x{k}: skipped ({str(exc).splitlines()[0][:120]})")
+            continue
+        t = statistics.median(ts)
+        tflops = 2.0 * m * n * k / t / 1e12
+        out.append(Measurement("gemm", workload, label, {"M": m, "N": n, "K": k, "layout": "NN" if dtype == "bf16"
+                                                         else "NT"}, "time_us", t * 1e6, "us", _method(device),
+                               f"{tflops:.4g} TFLOPS; {_spread(ts)}"))
+        if log:
+            log(f"gemm {dtype} {m}x{n}x{k}: {t * 1e6:.4g} us ({tflops:.4g} TFLOPS)")
+        if device == "cuda" and 2.0 * m * n * k <= GRAPH_GEMM_FLOPS:  # launch-sensitive: also inside a CUDA graph
+            gts, replays = time_graph(fn, timing.iters, timing)
+            g = statistics.median(gts)
+            out.append(Measurement("gemm", f"{workload}, {timing.iters} back-to-back in one CUDA graph", label,
+                                   {"M": m, "N": n, "K": k, "layout": "NN" if dtype == "bf16" else "NT"}, "time_us",
+                                   g * 1e6, "us", "cuda-graph", f"{2.0 * m * n * k / g / 1e12:.4g} TFLOPS; per GEMM; "
+                                   f"{_spread(gts)}", calls=replays))
+            if log:
+                log(f"gemm {dtype} {m}x{n}x{k} in a CUDA graph: {g * 1e6:.4g} us per GEMM")
+    return out
+
+
+def _sdpa(device: str) -> tuple[Callable[..., Any], str]:
+    """SDPA with the FlashAttention backend forced where torch has it (CUDA), and the workload text naming the
+    backend (torchsim's attention rows map 'FlashAttention-2' to its FA2 template)."""
+    torch = _torch()
+    f = torch.nn.functional.scaled_dot_product_attention
+    if device != "cuda":
+        return f, "torch SDPA (backend chosen by torch on the CPU)"
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def flash(*args: Any, **kw: Any) -> Any:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return f(*args, **kw)
+    return flash, "torch SDPA, FlashAttention-2 backend (SDPBackend.FLASH_ATTENTION)"
+
+
+def attention(device: str, prefill: Sequence[tuple[int, int, int, int, bool]],
+              decode: Sequence[tuple[int, int, int, int]], timing: Timing = Timing(),
+              log: Log | None = None) -> list[Measurement]:
+    """SDPA forward, bf16: prefill (batch, heads, seq, head_dim, causal) with seq_q = seq_kv, and decode (batch,
+    heads, kv_len, head_dim) with one query token per sequence."""
+    torch = _torch()
+    sdpa, backend = _sdpa(device)
+    out = []
+    cases = [(b, h, s, s, d, c) for b, h, s, d, c in prefill] + [(b, h, 1, kv, d, False) for b, h, kv, d in decode]
+    for b, h, sq, skv, d, causal in cases:
+        if min(b, h, sq, skv, d) < 1:
+            raise ValueError(f"attention shape {(b, h, sq, skv, d)} has a non-positive dimension")
+        q = torch.randn(b, h, sq, d, device=device, dtype=torch.bfloat16)
+        k = torch.randn(b, h, skv, d, device=device, dtype=torch.bfloat16)
+        v = torch.randn(b, h, skv, d, device=device, dtype=torch.bfloat16)
+
+        def fn(q: Any = q, k: Any = k, v: Any = v, c: bool = causal) -> Any:
+            return sdpa(q, k, v, is_causal=c)
+        try:
+            ts = time_loop(fn, device, timing)
+        except RuntimeError as exc:  # e.g. no flash kernel for this head_dim on this GPU: say so, go on
+            if log:
+                log(f"attention {(b, h, sq, skv, d)}: skipped ({str(exc).splitlines()[0][:120]})")
+            continue
+        t = statistics.median(ts)
+        flops = 4.0 * b * h * sq * skv * d * (0.5 if causal else 1.0)
+        kind = "prefill" if sq == skv else "decode"
+        params: dict[str, Any] = ({"batch": b, "heads": h, "seqlen": sq, "head_dim": d, "causal": causal}
+                                  if kind == "prefill" else
+                                  {"batch": b, "heads": h, "seqlen_q": 1, "seqlen_kv": skv, "head_dim": d,
+                                   "causal": False})
+        kv_gbps = 2.0 * b * h * skv * d * 2 / t / 1e9
+        detail = (f"{flops / t / 1e12:.4g} TFLOPS (4*b*h*sq*skv*d{', halved for causal' if causal else ''})"
+                  if kind == "prefill" else f"KV read {kv_gbps:.4g} GB/s")
+        out.append(Measurement("attention", f"{backend}, {kind} forward", "bf16", params, "time_us", t * 1e6, "us",
+                               _method(device), f"{detail}; {_spread(ts)}"))
+        if log:
+            log(f"attention {kind} b{b} h{h} sq{sq} skv{skv} d{d}{' causal' if causal else ''}: {t * 1e6:.4g} us")
+    return out
+
+
+def bandwidth(device: str, sizes: Sequence[int], timing: Timing = Timing(),
+              log: Log | None = None) -> list[Measurement]:
+    """Read-only (x.sum()), write-only (x.fill_) and copy (y.copy_(x)) of an fp32 buffer of each size in bytes;
+    GB/s = bytes moved (the buffer once, twice for a copy) / time."""
+    torch = _torch()
+    out = []
+    for size in sizes:
+        n = size // 4
+        if n < 1:
+            raise ValueError(f"bandwidth buffer of {size} bytes holds no fp32 element")
+        x = torch.ones(n, device=device, dtype=torch.float32)
+        y = torch.empty_like(x)
+        ops: list[tuple[str, str, Callable[[], Any], int]] = [
+            ("read", "read-only (x.sum(): one read, a scalar written)", x.sum, 4 * n),
+            ("write", "write-only (x.fill_(): one write)", functools.partial(x.fill_, 1.0), 4 * n),
+            ("copy", "copy (y.copy_(x): one read + one write)", functools.partial(y.copy_, x), 8 * n),
+        ]
+        for op, what, fn, moved in ops:
+            ts = time_loop(fn, device, timing)
+            t = statistics.median(ts)
+            out.append(Measurement("microbenchmark", f"memory bandwidth, {what}, {4 * n} B buffer", "fp32",
+                                   {"op": op, "bytes": 4 * n, "bytes_moved": moved}, "bandwidth_gbps",
+                                   moved / t / 1e9, "GB/s", _method(device), f"{t * 1e6:.4g} us per call; "
+                                   f"{_spread(ts)}"))
+            if log:
+                log(f"bandwidth {op} {4 * n / MiB:.4g} MiB: {moved / t / 1e9:.4g} GB/s")
+    return out
+
+
+def launch(device: str, kernels: int, timing: Timing = Timing(), log: Log | None = None) -> list[Measurement]:
+    """Per-kernel time of `kernels` back-to-back empty (torch.cuda._sleep(0); CUDA only) and tiny (add_ on a
+    one-element tensor) kernels, eagerly and (CUDA only) replayed from one CUDA graph."""
+    torch = _torch()
+    if kernels < 1:
+        raise ValueError(f"launch kernels must be >= 1, got {kernels}")
+    t1 = torch.zeros(1, device=device)
+    cases: list[tuple[str, Callable[[], Any]]] = [("tiny (one-element add_)", lambda: t1.add_(1.0))]
+    if device == "cuda" and hasattr(torch.cuda, "_sleep"):
+        cases.insert(0, ("empty (torch.cuda._sleep(0))", lambda: torch.cuda._sleep(0)))
+    loop = Timing(timing.warmup, max(1, kernels), timing.repeats)
+    out = []
+    for what, fn in cases:
+        ts = time_loop(fn, device, loop)
+        t = statistics.median(ts)
+        out.append(Measurement("microbenchmark", f"kernel launch interval, eager back-to-back, {what}", "n/a",
+                               {"kernels": loop.iters, "mode": "eager"}, "time_us", t * 1e6, "us", _method(device),
+                               f"per kernel; {_spread(ts)}", calls=loop.iters))
+        if log:
+            log(f"launch eager {what}: {t * 1e6:.4g} us per kernel")
+        if device != "cuda":
+            continue
+        gts, replays = time_graph(fn, kernels, timing)
+        g = statistics.median(gts)
+        out.append(Measurement("microbenchmark", f"kernel launch interval, CUDA graph replay, {what}", "n/a",
+                               {"kernels": kernels, "mode": "cuda-graph"}, "time_us", g * 1e6, "us", "cuda-graph",
+                               f"per kernel, {kernels} kernels in one graph; {_spread(gts)}", calls=replays))
+        if log:
+            log(f"launch cuda-graph {what}: {g * 1e6:.4g} us per kernel")
+    return out
+
+
+def run_suite(device: str, shapes: Shapes, timing: Timing = Timing(), log: Log | None = None,
+              fp8: bool | None = None) -> list[Measurement]:
+    """Every measurement of `shapes` on `device` (fp8 GEMMs where supported, unless `fp8` says otherwise)."""
+    check_device(device)
+    say = log or (lambda s: None)
+    out = launch(device, shapes.launch_kernels, timing, say)
+    out += bandwidth(device, shapes.copy_bytes, timing, say)
+    out += gemm(device, shapes.gemm, "bf16", timing, say)
+    use_fp8 = fp8_supported(device) if fp8 is None else fp8
+    if use_fp8:
+        out += gemm(device, shapes.gemm, "fp8", timing, say)
+    else:
+        say("gemm fp8: skipped (torch._scaled_mm with float8_e4m3fn is not supported here)")
+    out += attention(device, shapes.prefill, shapes.decode, timing, say)
+    return out
+
+
+# ---------------------------------------------------------------- environment, profile, rows, file
+
+@dataclass(frozen=True)
+class Environment:
+    device: str
+    gpu: str  # torch.cuda.get_device_name, or "cpu"
+    torch_version: str
+    cuda_version: str
+    driver: str
+    l2_bytes: int  # 0 when unknown
+
+    def describe(self) -> str:
+        l2 = f", L2 {self.l2_bytes / MiB:.4g} MiB" if self.l2_bytes else ""
+        return (f"{self.gpu}{l2}; torch {self.torch_version}, CUDA {self.cuda_version or 'n/a'}, driver "
+                f"{self.driver or 'n/a'}")
+
+
+def environment(device: str) -> Environment:
+    torch = _torch()
+    if device != "cuda":
+        return Environment("cpu", "cpu", torch.__version__, "", "", 0)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return Environment("cuda", torch.cuda.get_device_name(), torch.__version__, torch.version.cuda or "",
+                       _driver_version(), int(getattr(props, "L2_cache_size", 0) or 0))
+
+
+def _driver_version() -> str:
+    """The NVIDIA driver version from the kernel module, or from nvidia-smi; "" when neither answers."""
+    p = Path("/proc/driver/nvidia/version")
+    try:
+        for word in p.read_text().split():
+            if word[:1].isdigit() and word.count(".") >= 1:
+                return word
+    except OSError:
+        pass
+    import shutil
+    import subprocess
+    if shutil.which("nvidia-smi"):
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20)
+            return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
+        except (OSError, subprocess.SubprocessError, IndexError):
+            return ""
+    return ""
+
+
+def profile_for(gpu: str, hw: str | None) -> tuple[str, str]:
+    """The torchsim profile the rows name (`hw` when given, else the one published.HW_MAP maps the GPU name to),
+    and a note (a proxy mapping, or a GPU name that maps elsewhere than `hw`)."""
+    from torchsim.hwmodels import profile_names
+
+    names = profile_names()
+    mapped = next(((prof, note) for key, prof, note in HW_MAP if key in gpu), None)
+    if hw is not None:
+        if hw not in names:
+            raise ValueError(f"--hw: unknown profile {hw!r}; valid: {', '.join(names)}")
+        if mapped is not None and mapped[0] != hw:
+            return hw, f"GPU {gpu!r} would map to {mapped[0]}; rows labelled {hw} as asked"
+        return hw, mapped[1] if mapped else ""
+    if mapped is None:
+        raise ValueError(f"GPU {gpu!r} maps to no torchsim profile; pass --hw with one of {', '.join(names)}")
+    if "PCIe" in gpu and mapped[0].endswith("-sxm") and not mapped[1]:
+        return mapped[0], f"a PCIe part on the {mapped[0]} profile (proxy: the SXM part has more bandwidth and power)"
+    return mapped
+
+
+def to_rows(ms: Sequence[Measurement], profile: str, env: Environment, timing: Timing,
+            id_prefix: str = "MB", profile_note: str = "") -> list[dict[str, str]]:
+    """Rows in the published_dev.csv schema. `source` names torchsim microbench and the timing method (which
+    timing_methods.csv maps); `notes` says how the row was timed and on what."""
+    if not ms:
+        raise ValueError("no measurement to write")
+    rows = []
+    for i, m in enumerate(ms, start=1):
+        if not (math.isfinite(m.value) and m.value > 0):
+            raise ValueError(f"measurement {m.workload!r}: value {m.value} is not a positive number")
+        n = m.calls or timing.iters
+        timer = {"cuda-events-loop": f"CUDA events around {n} back-to-back eager calls",
+                 "cuda-graph": f"CUDA events around {n} back-to-back replays of the graph",
+                 "perf-counter-loop": f"time.perf_counter around {n} back-to-back calls"}[m.method]
+        notes = (f"{m.detail}; timed: {timer} after {timing.warmup} warm-up calls, mean per call, median of "
+                 f"{timing.repeats} loops; L2 not flushed between calls; clocks not locked; {env.describe()}")
+        if env.device == "cpu":
+            notes += "; CPU device: a pipeline test, not a GPU measurement"
+        if profile_note:
+            notes += f"; {profile_note}"
+        rows.append({"id": f"{id_prefix}-{i:03d}", "category": m.category, "hardware": profile,
+                     "workload": m.workload, "dtype": m.dtype, "params_json": json.dumps(m.params, sort_keys=True),
+                     "metric": m.metric, "value": f"{m.value:.6g}", "unit": m.unit,
+                     "source": f"{SOURCE} {m.method} @ {env.gpu}", "notes": notes})
+    return rows
+
+
+def csv_bytes(rows: Sequence[dict[str, str]]) -> bytes:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    return buf.getvalue().encode()
+
+
+def write_rows(rows: Sequence[dict[str, str]], path: str | Path) -> int:
+    """Write the rows atomically (a failed write leaves nothing, and an existing file as it was)."""
+    return write_bytes_atomic(path, csv_bytes(rows))

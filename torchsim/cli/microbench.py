@@ -1,0 +1,49 @@
+"""`torchsim microbench`: measure GEMMs, attention, memory bandwidth and launch latency on the local GPU and
+write rows in the published_dev.csv schema, for `torchsim calibrate --measurements`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("microbench", help="measure this machine's GPU into a file `torchsim calibrate` reads",
+                       description="Measure on the local GPU (needs a CUDA build of PyTorch): bf16 and FP8 GEMMs "
+                       "(torch.matmul, torch._scaled_mm), SDPA prefill and decode, read/write/copy bandwidth, and "
+                       "kernel launch intervals eager and in a CUDA graph. Each value is the median of a few loops "
+                       "of back-to-back calls timed with CUDA events after warm-up (L2 not flushed, clocks not "
+                       "locked). Writes rows in the published_dev.csv schema, atomically (nothing on failure); "
+                       "progress goes to stderr.")
+    p.add_argument("--out", required=True, help="CSV to write, e.g. my_gpu.csv")
+    p.add_argument("--hw", default=None, help="torchsim profile the rows are for (default: the one the GPU's name "
+                   "maps to, e.g. an H100 -> h100-sxm)")
+    p.add_argument("--quick", action="store_true", help="fewer shapes and smaller buffers (about a minute)")
+    p.add_argument("--no-fp8", action="store_true", help="skip the FP8 GEMMs")
+    p.add_argument("--id-prefix", default="MB", help="row ids are PREFIX-001, ... (default MB)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help=argparse.SUPPRESS)  # testing: tiny
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from torchsim.calibration import microbench as mb
+
+    mb.check_device(args.device)  # before anything: no CUDA is one clear line, exit 2
+    env = mb.environment(args.device)
+    if args.device == "cpu" and args.hw is None:
+        raise ValueError("--device cpu needs --hw (the CPU maps to no GPU profile)")
+    profile, note = mb.profile_for(env.gpu, args.hw)
+
+    def log(s: str) -> None:
+        print(f"microbench: {s}", file=sys.stderr, flush=True)
+
+    shapes = mb.TINY if args.device == "cpu" else mb.QUICK if args.quick else mb.FULL
+    timing = mb.Timing(2, 3, 3) if args.device == "cpu" else mb.Timing()
+    log(f"{env.describe()}; rows for profile {profile}{' (' + note + ')' if note else ''}")
+    ms = mb.run_suite(args.device, shapes, timing, log, fp8=False if args.no_fp8 else None)
+    rows = mb.to_rows(ms, profile, env, timing, args.id_prefix, note)
+    mb.write_rows(rows, args.out)
+    print(f"wrote {len(rows)} rows to {args.out}; fit with: torchsim calibrate --hw {profile} --measurements "
+          f"{args.out}")
+    return 0
