@@ -7,6 +7,8 @@ Hot data are numpy arrays (node op, unit, group, work; CSR successor lists). A `
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,20 @@ import numpy as np
 
 from torchsim.graph.kinds import MEMORY_OPS, DType, Edge, Op, Space, Unit
 from torchsim.graph.tile import ExecGroup, TileDesc
+
+
+@contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """Turn the KeyError/IndexError/TypeError of a malformed JSON object into a GraphError naming `what`."""
+    try:
+        yield
+    except GraphError:
+        raise
+    except KeyError as exc:
+        raise GraphError(f"{what}: unknown or missing name {exc.args[0]!r} in the JSON (an op, unit, dtype, space, "
+                         f"edge kind or field torchsim does not know)") from None
+    except (IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise GraphError(f"{what}: malformed JSON ({type(exc).__name__}: {exc})") from None
 
 
 class GraphError(ValueError):
@@ -76,16 +92,30 @@ class TileGraph:
     def validate(self) -> None:
         """Acyclic, in-range edges, memory nodes carry tiles, barrier nodes name barriers, work >= 0."""
         n = self.num_nodes
+        if n == 0:
+            raise GraphError(f"template {self.name!r} has no nodes")
         for arr, what in ((self.edge_src, "source"), (self.edge_dst, "destination")):
             bad = np.nonzero((arr < 0) | (arr >= n))[0]
             if bad.size:
                 e = int(bad[0])
                 raise GraphError(f"template {self.name!r}: edge {e} has {what} {int(arr[e])}, "
                                  f"but the graph has nodes 0..{n - 1}")
+        for arr, size, what in ((self.group, len(self.groups), "execution group"), (self.tile, len(self.tiles), "tile"),
+                                (self.barrier, len(self.barriers), "barrier")):
+            low = 0 if what == "execution group" else -1  # tile/barrier -1: none
+            bad = np.nonzero((arr < low) | (arr >= size))[0]
+            if bad.size:
+                i = int(bad[0])
+                raise GraphError(f"node {i} ({self.node_names[i]!r}) of template {self.name!r} names {what} "
+                                 f"{int(arr[i])}, but the template has {what}s 0..{size - 1}")
+        for b in self.barriers:
+            if isinstance(b.expected, bool) or not isinstance(b.expected, (int, np.integer)) or b.expected <= 0:
+                raise GraphError(f"template {self.name!r}: barrier {b.name!r} expects {b.expected!r} arrivals; "
+                                 f"a barrier needs a whole number >= 1")
         for i in range(n):
             op = Op(int(self.op[i]))
-            if self.work[i] < 0 or not np.isfinite(self.work[i]):
-                raise GraphError(f"{self.describe_node(i)} has invalid work {self.work[i]}")
+            if self.work[i] < 0 or not np.isfinite(self.work[i]) or self.work[i] > 1e18:
+                raise GraphError(f"{self.describe_node(i)} has invalid work {self.work[i]} (valid: 0 .. 1e18)")
             if op in MEMORY_OPS and self.tile[i] < 0:
                 raise GraphError(f"{self.describe_node(i)} moves memory but has no tile descriptor")
             if op in (Op.BARRIER_ARRIVE, Op.BARRIER_WAIT) and self.barrier[i] < 0:
@@ -151,6 +181,14 @@ class TileGraph:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TileGraph:
+        with _reading(f"template {obj.get('name', '?') if isinstance(obj, dict) else '?'!r}"):
+            return cls._from_json(obj)
+
+    @classmethod
+    def _from_json(cls, obj: dict[str, Any]) -> TileGraph:
+        for e in obj["edges"]:
+            if len(e) != 3 or any(isinstance(x, bool) or not isinstance(x, int) for x in e[:2]):
+                raise GraphError(f"edge {e!r} is not [source node, destination node, kind] with whole-number nodes")
         nodes = obj["nodes"]
         edges = obj["edges"]
         g = cls(
@@ -264,4 +302,10 @@ class KernelGraph:
 
     @classmethod
     def loads(cls, text: str) -> KernelGraph:
-        return cls.from_json(json.loads(text))
+        """A kernel graph from `dumps()` text; anything else is one GraphError naming what was wrong."""
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            raise GraphError(f"kernel graph JSON does not parse: {exc}") from None
+        with _reading(f"kernel {obj.get('name', '?') if isinstance(obj, dict) else '?'!r}"):
+            return cls.from_json(obj)

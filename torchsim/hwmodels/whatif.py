@@ -84,6 +84,8 @@ def parse_value(raw: Any, q: Quantity, field: str, where: str, bare_numbers: boo
         value, unit, note = raw["value"], raw.get("unit"), str(raw.get("note", ""))
     elif isinstance(raw, str):
         parts = raw.strip().split(None, 1)
+        if not parts:
+            raise WhatIfError(f"{where}: field {field}: empty value; e.g. {field} = \"{q.value:g} {q.unit}\"")
         value, unit = parts[0], parts[1] if len(parts) > 1 else None
     elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
         # sweeps give numbers in the field's unit; a file may give a bare count (sm_count = 66), never a bare rate
