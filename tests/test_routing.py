@@ -217,3 +217,40 @@ def test_cli_records_then_shows(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert args.func(args) == 0
     shown = capsys.readouterr().out
     assert "tokens=32" in shown and f"layer   1: {list(recorded.scaled(32).layer(1))}" in shown
+
+
+def test_hostile_routing_files_are_named(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torchsim.models.routing_io import load_routing
+
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"layer": pa.array([], pa.int32()), "expert": pa.array([], pa.int32()),
+                             "tokens": pa.array([], pa.int64())}, metadata={b"torchsim.routing": b"{}"}), empty)
+    binary = tmp_path / "pickle.json"
+    binary.write_bytes(b"\x80\x04\x95 not json")
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"PAR1 not really")
+    for path, words in ((empty, "no rows"), (binary, "not a text file"), (junk, "not a readable Parquet")):
+        with pytest.raises(ValueError) as err:
+            load_routing(path)
+        assert path.name in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_a_failed_save_leaves_the_old_file(tmp_path: Path) -> None:
+    from torchsim.exports.atomic import write_bytes_atomic
+    from torchsim.models.routing_io import save_routing
+
+    good = tmp_path / "good.json"
+    good.write_text("the good file")
+    counts = RoutingCounts(((3, 1),), 2, 1, 4, "test")
+
+    def disk_full(path: Path, data: bytes) -> None:
+        raise OSError(f"{path}: No space left on device")
+
+    with pytest.raises(OSError):
+        save_routing(counts, good, write=disk_full)
+    assert good.read_text() == "the good file"
+    with pytest.raises(ValueError, match="suffix"):
+        save_routing(counts, tmp_path / "x.csv", write=write_bytes_atomic)

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         preds.append(predict(args.model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                              preset=args.preset, routing=args.routing, fallback=args.fallback,
                              workers=args.workers, progress=not args.json and sys.stderr.isatty()))
-    from torchsim.cli.predict import accuracy_notes
+    from torchsim.validation.accuracy import notes_for as accuracy_notes
 
     dtype = getattr(args, "dtype", "bf16")
     if args.json:

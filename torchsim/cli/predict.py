@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile
+    from torchsim.validation.accuracy import notes_for
 
-    notes = accuracy_notes(get_profile(args.hw).name, args.dtype)
+    notes = notes_for(get_profile(args.hw).name, args.dtype)
     if args.json:
         doc = json.loads(pred.to_json())
         doc["accuracy"] = notes
@@ -114,11 +115,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def accuracy_notes(profile: str, dtype: str) -> dict[str, str]:
-    """The shipped validation error of the end-to-end prediction and of its main kernel kinds on this profile."""
-    from torchsim.validation import accuracy
 
-    return {kind: accuracy.note(kind, profile, dtype) for kind in ("e2e_inference", "gemm", "attention")}
 
 
 def _grid_profile(args: argparse.Namespace) -> Any:

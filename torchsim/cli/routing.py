@@ -45,6 +45,7 @@ def _token_ids(args: argparse.Namespace, vocab_size: int) -> Any:
 
 
 def _record(args: argparse.Namespace) -> int:
+    from torchsim.exports.atomic import write_bytes_atomic
     from torchsim.models.routing_hook import record_routing, record_routing_from_checkpoint
     from torchsim.models.routing_io import save_routing
 
@@ -74,7 +75,7 @@ def _record(args: argparse.Namespace) -> int:
         model = build_mixtral(cfg, device="cpu", dtype=torch.float32, seed=args.seed)
         counts = record_routing(model, [_token_ids(args, cfg.vocab_size)], source=f"hook:{args.model}")
         model_name = args.model
-    path = save_routing(counts, args.output, model=model_name)
+    path = save_routing(counts, args.output, model=model_name, write=write_bytes_atomic)
     print(counts.describe())
     print(f"wrote {path}")
     return 0

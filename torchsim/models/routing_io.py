@@ -7,6 +7,7 @@ Every field is checked on load and errors name the file and the field.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +57,13 @@ def routing_from_dict(obj: Any, *, where: str) -> RoutingCounts:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def save_routing(counts: RoutingCounts, path: str | Path, *, model: str = "") -> Path:
-    """Write `counts` as .json or .parquet (chosen by the suffix); returns the path."""
-    path = Path(path)
+def routing_file_bytes(counts: RoutingCounts, suffix: str, *, model: str = "") -> bytes:
+    """The bytes of a routing file in the format `suffix` names (.json or .parquet)."""
     obj = routing_to_dict(counts, model=model)
-    suffix = path.suffix.lower()
+    suffix = suffix.lower()
     if suffix == ".json":
-        path.write_text(json.dumps(obj, indent=1) + "\n")
-    elif suffix == ".parquet":
+        return (json.dumps(obj, indent=1) + "\n").encode()
+    if suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -73,9 +73,22 @@ def save_routing(counts: RoutingCounts, path: str | Path, *, model: str = "") ->
                           "expert": pa.array([r[1] for r in rows], pa.int32()),
                           "tokens": pa.array([r[2] for r in rows], pa.int64())},
                          metadata={_PARQUET_META_KEY: json.dumps(meta).encode()})
-        pq.write_table(table, path)
-    else:
-        raise ValueError(f"routing file {str(path)!r}: suffix {path.suffix!r} is not .json or .parquet")
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        return bytes(sink.getvalue().to_pybytes())
+    raise ValueError(f"routing file suffix {suffix!r} is not .json or .parquet")
+
+
+def save_routing(counts: RoutingCounts, path: str | Path, *, model: str = "",
+                 write: Callable[[Path, bytes], Any] | None = None) -> Path:
+    """Write `counts` as .json or .parquet (chosen by the suffix); returns the path. `write(path, data)` does the
+    writing (the command line passes its atomic writer, so a failed run leaves an existing file as it was)."""
+    path = Path(path)
+    try:
+        data = routing_file_bytes(counts, path.suffix, model=model)
+    except ValueError:
+        raise ValueError(f"routing file {str(path)!r}: suffix {path.suffix!r} is not .json or .parquet") from None
+    (write or (lambda p, d: p.write_bytes(d)))(path, data)
     return path
 
 
@@ -87,8 +100,11 @@ def load_routing(path: str | Path) -> RoutingCounts:
     suffix = path.suffix.lower()
     if suffix == ".json":
         try:
-            obj = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
+            obj = json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not a text file (byte {exc.start} is not UTF-8); a routing file is JSON "
+                             f"or Parquet") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
         return routing_from_dict(obj, where=str(path))
     if suffix == ".parquet":
@@ -100,17 +116,26 @@ def _parquet_to_dict(path: Path) -> dict[str, Any]:
     """Long table (layer, expert, tokens) + key-value metadata -> the JSON object form."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises its own ArrowInvalid/OSError kinds for a file that is not Parquet
+        raise ValueError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
     need = {"layer", "expert", "tokens"}
     if not need <= set(table.column_names):
         raise ValueError(f"{path}: columns {table.column_names}; a routing table needs columns {sorted(need)}")
     raw = (table.schema.metadata or {}).get(_PARQUET_META_KEY)
     if raw is None:
         raise ValueError(f"{path}: no {_PARQUET_META_KEY.decode()!r} key-value metadata (top_k, tokens)")
-    obj: dict[str, Any] = json.loads(raw)
+    try:
+        obj: dict[str, Any] = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"{path}: its {_PARQUET_META_KEY.decode()!r} metadata is not JSON") from None
     layers, experts, tokens = (table.column(c).to_pylist() for c in ("layer", "expert", "tokens"))
     if any(v is None for v in layers + experts + tokens):
         raise ValueError(f"{path}: null values in layer/expert/tokens columns")
+    if not layers:
+        raise ValueError(f"{path}: the routing table has no rows; it needs one (layer, expert, tokens) row per expert "
+                         f"of every MoE layer")
     num_layers, num_experts = max(layers) + 1, max(experts) + 1
     grid: list[list[int | None]] = [[None] * num_experts for _ in range(num_layers)]
     for layer, expert, count in zip(layers, experts, tokens, strict=True):

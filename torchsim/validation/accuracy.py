@@ -67,3 +67,8 @@ def kind_of_template(template: str) -> str:
     if head == "grouped_gemm":
         return "moe_grouped_gemm"
     return head
+
+
+def notes_for(profile: str, dtype: str) -> dict[str, str]:
+    """The validation error of an end-to-end prediction and of its main kernel kinds on this profile."""
+    return {kind: note(kind, profile, dtype) for kind in ("e2e_inference", "gemm", "attention")}
