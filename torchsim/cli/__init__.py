@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2): a status, not an exit
         return exc.code if isinstance(exc.code, int) else 2
+    import warnings
+
+    # the commands print a prediction's warnings themselves (once, without a Python source line)
+    warnings.filterwarnings("ignore", message=".*GiB of weights.*", category=UserWarning)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         from torchsim.cli.paths import check_outputs

@@ -250,6 +250,11 @@ def _kv_bytes(plan: KernelPlan) -> float:
     return total
 
 
+class MemoryWarning(UserWarning):
+    """The scenario needs more device memory than the profile has (also in `Prediction.warnings`, which the CLI
+    prints; the CLI silences this Python warning so the line is shown once)."""
+
+
 def _memory_warning(name: str, prof: Any, weight_bytes: float, plans: Sequence[KernelPlan]) -> list[str]:
     kv = max((_kv_bytes(p) for p in plans), default=0.0)
     cap = float(prof.dram_bytes.value) if hasattr(prof, "dram_bytes") else 0.0
@@ -259,6 +264,6 @@ def _memory_warning(name: str, prof: Any, weight_bytes: float, plans: Sequence[K
                "memory; the prediction assumes it fits (use more GPUs or a smaller batch/context)")
         import warnings
 
-        warnings.warn(msg, stacklevel=3)
+        warnings.warn(msg, MemoryWarning, stacklevel=3)
         return [msg]
     return []
