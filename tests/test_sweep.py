@@ -171,3 +171,13 @@ def test_a_model_sweep_point_at_the_base_profile_matches_predict() -> None:
     row = run_sweep(H100, [parse_vary("sm_count=132", H100)], work, jobs=1)[0]
     p = predict("llama-small", H100, prompt_len=1500, decode_steps=1, cache=False)
     assert row["total_us"] == pytest.approx(p.decode_step_s[0] * 1e6, rel=1e-9)
+
+
+def test_many_points_need_yes_and_huge_counts_are_refused() -> None:
+    knobs = [parse_vary("dram_bytes_per_s=1e12:4e12:100", H100), parse_vary("sm_count=33:132:100", H100)]
+    with pytest.raises(SweepError, match="--yes"):
+        run_sweep(H100, knobs, kernel_workload(GEMV), jobs=1)
+    with pytest.raises(SweepError, match="above 10000 values"):
+        parse_vary("sm_count=1:132:1000000000", H100)
+    with pytest.raises(SweepError, match="not a finite number"):
+        parse_vary("sm_count=nan,66", H100)

@@ -26,6 +26,8 @@ from torchsim.prediction.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, me
 LAUNCH_ONLY = frozenset({"launch_overhead_s", "graph_launch_overhead_s", "dram_bytes"})
 EVENTS_PER_S = 40_000.0  # measured: node executions per second per worker incl. graph building (2-core box)
 CONFIRM_ABOVE_S = 3600.0  # sweeps estimated to take longer need --yes
+CONFIRM_ABOVE_POINTS = 1000  # and so do sweeps of more points (each a row, a profile, a launch placement)
+MAX_KNOB_VALUES = 10_000  # values one --vary may give
 
 
 class SweepError(ValueError):
@@ -67,6 +69,8 @@ def parse_vary(text: str, base: Any) -> Knob:
             start, stop, count = float(parts[0]), float(parts[1]), int(parts[2])
             if count < 1:
                 raise SweepError(f"--vary {text!r}: empty range (COUNT {count} < 1)")
+            if count > MAX_KNOB_VALUES:
+                raise SweepError(f"--vary {text!r}: COUNT {count} is above {MAX_KNOB_VALUES} values per knob")
             values = tuple(float(v) for v in np.linspace(start, stop, count))
         else:
             values = tuple(float(v) for v in spec.split(",") if v.strip())
@@ -205,7 +209,7 @@ def check_size(estimate: tuple[float, int, int], workers: int, yes: bool) -> str
     seconds, points, sims = estimate
     line = (f"{points} points, {sims} distinct kernel simulations, about {_duration(seconds)} on {workers} "
             f"worker{'s' if workers != 1 else ''}")
-    if seconds > CONFIRM_ABOVE_S and not yes:
+    if (seconds > CONFIRM_ABOVE_S or points > CONFIRM_ABOVE_POINTS) and not yes:
         raise SweepError(f"this sweep is large: {line}. Rerun with --yes to start it, or narrow the ranges")
     return line
 
