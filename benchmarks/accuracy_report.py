@@ -43,12 +43,16 @@ def kernel_groups(csv: Path | None, quick: bool) -> dict[str, list[tuple[str, fl
 
 
 def e2e_groups(text: str) -> dict[str, list[tuple[str, float]]]:
-    """Rows of a validate_e2e.py report: 'E2E-001 h100-sxm bf16 ... err%' lines (id, profile, dtype, error)."""
+    """Rows of a validate_e2e.py report: 'E2E-052  h100-sxm llama3.1-8b fp8 ... +3.8 ...' (id, profile, model,
+    dtype, ..., the first signed percentage is the error)."""
     out: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for line in text.splitlines():
-        m = re.match(r"(E2E-\d+)\s+(\S+)\s+(\S+).*?([+-]\d+\.\d)\s*%?", line)
-        if m:
-            out[key("e2e_inference", m.group(2), m.group(3))].append((m.group(1), abs(float(m.group(4))) / 100))
+        tok = line.split()
+        if len(tok) < 6 or not re.fullmatch(r"E2E-\d+", tok[0]):
+            continue
+        err = next((t for t in tok[4:] if re.fullmatch(r"[+-]\d+\.\d+", t)), None)
+        if err is not None:
+            out[key("e2e_inference", tok[1], tok[3])].append((tok[0], abs(float(err)) / 100))
     return out
 
 
@@ -57,9 +61,16 @@ def main() -> None:
     ap.add_argument("--csv", type=Path, default=None)
     ap.add_argument("--quick", action="store_true", help="skip rows above 2e12 FLOPs (the file says so)")
     ap.add_argument("--e2e", type=Path, default=None, help="a saved validate_e2e.py report to include")
+    ap.add_argument("--keep-kernels", action="store_true",
+                    help="keep the kernel entries of the existing file (only add --e2e), no simulation")
     args = ap.parse_args()
     t0 = time.time()
-    groups = kernel_groups(args.csv, args.quick)
+    if args.keep_kernels:
+        old = json.loads(PATH.read_text()).get("entries", {})
+        groups = {k: list(zip(e["row_ids"], [e["mape_pct"] / 100] * e["rows"], strict=True))
+                  for k, e in old.items() if not k.startswith("e2e_inference/")}
+    else:
+        groups = kernel_groups(args.csv, args.quick)
     if args.e2e:
         groups.update(e2e_groups(args.e2e.read_text()))
     entries = {k: {"mape_pct": round(100 * sum(e for _, e in v) / len(v), 2), "rows": len(v),

@@ -69,7 +69,6 @@ class DiskCache:
     """Kernel results under `root/kernels/<key>.json`.
 
     >>> import tempfile
-import warnings
     >>> c = DiskCache(Path(tempfile.mkdtemp()))
     >>> c.get("nothing") is None
     True
