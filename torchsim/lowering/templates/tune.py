@@ -205,9 +205,9 @@ def candidates(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int 
 
 
 def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int = 1) -> float:
-    """A cheap analytic time (used only to rank candidates when there are more than the budget): waves of
-    padded tiles at the slower of the tensor pipe and the shared-memory port, or DRAM traffic incl. split-K
-    partials, whichever is longer."""
+    """A cheap analytic time (used only to rank candidates when there are more than the budget): the longest of
+    waves of padded tiles at the slower of the tensor pipe and the shared-memory port, the operand tiles
+    fetched through L2, and DRAM traffic incl. split-K partials."""
     clock = hw.clock_hz_value
     tiles = batch * math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * cfg.split_k
     k_per = math.ceil(math.ceil(k / cfg.bk) / cfg.split_k) * cfg.bk
@@ -215,27 +215,28 @@ def estimate_s(cfg: GemmConfig, m: int, n: int, k: int, dtype: DType, hw: GpuPro
     t_smem = (cfg.bm + cfg.bn) * k_per * dtype.nbytes / (float(hw.ldst_bytes_per_clk_per_sm.value) * clock)
     waves = math.ceil(tiles / hw.sms)
     t_compute = waves * max(t_mma, t_smem)
+    # operand tiles every CTA fetches through L2 (B multicast across the b_split CTAs of a cluster / pair)
+    l2 = tiles * (cfg.bm + cfg.bn / cfg.b_split) * k_per * dtype.nbytes
+    t_l2 = l2 / float(hw.l2_bytes_per_s.value)
     dram = batch * (m * k + k * n) * dtype.nbytes + batch * m * n * 2
     if cfg.split_k > 1:
         dram += 2 * batch * m * n * 4 * cfg.split_k  # FP32 partials written and read back
-    return max(t_compute, dram / hw.dram_bytes_per_s_value)
+    return max(t_compute, t_l2, dram / hw.dram_bytes_per_s_value)
 
 
 def _rank(valid: list[GemmConfig], m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int
           ) -> list[GemmConfig]:
-    """Budget order: per pipeline variant, by analytic estimate (to the nanosecond), then by operand bytes per
-    FLOP of the tile (1/bm + 1/bn: larger tiles reuse more), then the sort key; the variants' lists are then
-    interleaved so every variant gets its best candidates simulated."""
+    """Budget order: by analytic estimate (to the nanosecond); among equal estimates, variants take turns (the
+    best of each variant first, larger tiles first: 1/bm + 1/bn operand bytes per FLOP), then the sort key."""
+    def est(c: GemmConfig) -> int:
+        return round(estimate_s(c, m, n, k, dtype, hw, batch) * 1e9)
+
+    order = ARCH_PIPELINES[hw.arch]
     per: dict[Pipeline, list[GemmConfig]] = {}
-    for c in valid:
+    for c in sorted(valid, key=lambda c: (est(c), 1 / c.bm + 1 / c.bn, _key(c))):
         per.setdefault(c.pipeline, []).append(c)
-    lists = [sorted(per[p], key=lambda c: (round(estimate_s(c, m, n, k, dtype, hw, batch) * 1e9),
-                                           1 / c.bm + 1 / c.bn, _key(c)))
-             for p in ARCH_PIPELINES[hw.arch] if p in per]
-    out: list[GemmConfig] = []
-    for i in range(max((len(x) for x in lists), default=0)):
-        out.extend(x[i] for x in lists if i < len(x))
-    return out
+    turn = {_key(c): i for cs in per.values() for i, c in enumerate(cs)}
+    return sorted(valid, key=lambda c: (est(c), turn[_key(c)], order.index(c.pipeline), _key(c)))
 
 
 Simulator = Callable[[Any, Any], Any]
