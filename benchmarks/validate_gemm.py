@@ -1,6 +1,6 @@
 """GEMM predictions beside the published GPU GEMM rows of ../shared/validation/published_dev.csv, MAPE per group.
 
-    python benchmarks/validate_gemm.py [--quick] [--loso] [--csv PATH]
+    python benchmarks/validate_gemm.py [--quick] [--loso] [--tune] [--csv PATH]
 
 Each row is simulated with the default tile heuristic of its architecture (what a tuned library would pick);
 the predicted device time goes through the row's timing method (torchsim/validation/timing.py: a kernel
@@ -8,6 +8,8 @@ profiler sees the device time, CUDA events around eager calls add the back-to-ba
 compared in the row's metric (TFLOPS or time). Rows whose dtype torchsim does not model (nvfp4) are listed as
 skipped. `--loso` adds the calibrated in-sample fit and leave-one-source-out figures (by default of the launch
 gaps; --loso-params).
+`--tune` also predicts each row with the simulated autotuner's configuration (torchsim/lowering/templates/
+tune.py: the fastest of up to 24 valid configurations, the default among them) and prints both MAPE tables.
 Not a pass/fail test: a report.
 """
 
@@ -30,10 +32,13 @@ def main() -> None:
     ap.add_argument("--loso-params", default="launch_overhead_s,graph_launch_overhead_s",
                     help="parameters --loso fits per profile (default: the launch gaps, which cost no simulation; "
                     "add dram_bytes_per_s to fit the DRAM efficiency too, a few simulations per row)")
+    ap.add_argument("--tune", action="store_true",
+                    help="also predict with the simulated autotuner's configuration; report default and tuned MAPE")
     args = ap.parse_args()
     preds: list[Prediction] = []
+    tuned: list[Prediction] = []
     print(f"{'id':<9} {'profile':<9} {'dtype':<9} {'shape':<26} {'metric':<7} {'timing':<16} {'measured':>10} "
-          f"{'predicted':>10} {'err%':>7}  bound")
+          f"{'predicted':>10} {'err%':>7}  bound" + (f"  {'tuned':>10} {'err%':>7}" if args.tune else ""))
     t0 = time.time()
     for r in rows("gemm", args.csv):
         if r.profile is None:
@@ -45,8 +50,14 @@ def main() -> None:
             continue
         preds.append(p)
         dt, shape = p.device.cols
+        tail = ""
+        if args.tune:
+            q = predict(r, quick=args.quick, tune=True)
+            assert not isinstance(q, Skip)
+            tuned.append(q)
+            tail = f"  {q.predicted:>10.3f} {100 * q.err:>+7.1f}"
         print(f"{r.id:<9} {p.profile:<9} {dt:<9} {shape:<26} {r.metric:<7} {p.method.name:<16} {p.measured:>10.3f} "
-              f"{p.predicted:>10.3f} {100 * p.err:>+7.1f}  {p.device.bound}")
+              f"{p.predicted:>10.3f} {100 * p.err:>+7.1f}  {p.device.bound}{tail}", flush=True)
     print("\ntiming methods:\n" + "\n".join(methods_legend(preds)))
     fitted = held = None
     if args.loso:
@@ -56,6 +67,9 @@ def main() -> None:
         fitted, held = loso_for(preds, names, log=print)
     print(f"\nMAPE per group ({time.time() - t0:.0f} s of simulation):")
     print("\n".join(summary(preds, 22, fitted, held)))
+    if args.tune:
+        print("\nMAPE per group with the simulated autotuner's configuration (--tune):")
+        print("\n".join(summary(tuned, 22)))
 
 
 if __name__ == "__main__":

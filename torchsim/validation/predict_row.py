@@ -101,7 +101,7 @@ def in_metric(metric: str, t: float, flops: float, dram_bytes: float) -> float:
 
 # ---------------------------------------------------------------- per category: row -> kernels -> Device
 
-def _gemm(r: Row, hw: Any, quick: bool) -> Device | Skip:
+def _gemm(r: Row, hw: Any, quick: bool, tune: bool = False) -> Device | Skip:
     dtype = dtype_of(r.dtype)
     p = r.params
     m, n, k, batch = p.get("M"), p.get("N"), p.get("K"), p.get("batch", 1)
@@ -109,7 +109,11 @@ def _gemm(r: Row, hw: Any, quick: bool) -> Device | Skip:
         return Skip(f"{r.dtype} not modelled" if dtype is None else f"shape {p} not stated")
     if quick and 2.0 * batch * m * n * k > QUICK_FLOPS:
         return Skip("quick", quiet=True)
-    res = simulate_kernel(gemm(m, n, k, dtype, hw, batch=batch, shared_b=False), hw)
+    cfg = None
+    if tune:  # simulated autotuning: the fastest of a bounded set of valid configurations (the default among them)
+        from torchsim.lowering.templates.tune import tune_gemm
+        cfg = tune_gemm(m, n, k, dtype, hw, batch, shared_b=False, sim=simulate_kernel).best
+    res = simulate_kernel(gemm(m, n, k, dtype, hw, cfg, batch=batch, shared_b=False), hw)
     dt = dtype.name.lower()
     return Device(f"{hw.name} {dt}", ((res.time_s, res.flops, res.dram_bytes),), res.bound,
                   (dt, f"{batch}x{m}x{n}x{k}"))
@@ -193,9 +197,9 @@ def _moe(r: Row, hw: Any, quick: bool) -> Device | Skip:
 
 
 def device_estimate(r: Row, hw: Any = None, *, quick: bool = False,
-                    cache: dict[str, Device] | None = None) -> Device | Skip:
+                    cache: dict[str, Device] | None = None, tune: bool = False) -> Device | Skip:
     """Simulate `r`'s kernel(s) on `hw` (default: the row's own profile). `cache` shares sweep envelopes between
-    rows on the same profile."""
+    rows on the same profile. `tune`: GEMM rows take the simulated autotuner's configuration (tune.py)."""
     if r.category not in KERNEL_CATEGORIES:
         return Skip(f"category {r.category} is not a kernel row")
     if r.profile is None and hw is None:
@@ -204,7 +208,7 @@ def device_estimate(r: Row, hw: Any = None, *, quick: bool = False,
         return Skip(f"metric {r.metric} is not modelled")
     hw = hw if hw is not None else get_profile(r.profile[0])  # type: ignore[index]
     if r.category == "gemm":
-        return _gemm(r, hw, quick)
+        return _gemm(r, hw, quick, tune)
     if r.category == "attention":
         return _attention(r, hw, quick, cache)
     return _moe(r, hw, quick)
@@ -224,10 +228,10 @@ def compare(r: Row, dev: Device, hw: Any) -> Prediction:
     return Prediction(r, hw.name, dev, method, reason, best[0], best[1], best[2], fit=not dev.envelope)
 
 
-def predict(r: Row, hw: Any = None, *, quick: bool = False, cache: dict[str, Device] | None = None
-            ) -> Prediction | Skip:
+def predict(r: Row, hw: Any = None, *, quick: bool = False, cache: dict[str, Device] | None = None,
+            tune: bool = False) -> Prediction | Skip:
     hw = hw if hw is not None else (get_profile(r.profile[0]) if r.profile else None)
-    dev = device_estimate(r, hw, quick=quick, cache=cache)
+    dev = device_estimate(r, hw, quick=quick, cache=cache, tune=tune)
     if isinstance(dev, Skip):
         return dev
     return compare(r, dev, hw)

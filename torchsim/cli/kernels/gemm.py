@@ -17,6 +17,7 @@ from torchsim.lowering.templates.gemm import gemm
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
 from torchsim.lowering.templates.tensix import build_tensix_kernel
 from torchsim.lowering.templates.tiling import work_units
+from torchsim.lowering.templates.tune import describe
 
 
 def register(sub: Any) -> None:
@@ -32,6 +33,11 @@ def register(sub: Any) -> None:
     p.add_argument("--no-persistent", action="store_true", help="one CTA per output tile")
     p.add_argument("--tiles-per-cta", type=int_in(1, 1 << 16), default=None,
                    help="persistent grid with this many tiles per CTA")
+    p.add_argument("--tune", action="store_true",
+                   help="simulated autotuning: simulate a bounded set of valid configurations (the default among "
+                   "them), report each and run the fastest")
+    p.add_argument("--tune-budget", type=int_in(1, 256), default=None,
+                   help="candidates --tune simulates (default 24)")
     t = p.add_argument_group("Tenstorrent profiles (wormhole-*, blackhole-*)")
     t.add_argument("--fidelity", default=None, help="math fidelity: LoFi, HiFi2, HiFi3, HiFi4 (default: the "
                    "weight format's usual one)")
@@ -67,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     if given or args.program != "mcast":
         raise UsageError(f"{', '.join(given) or '--program'} applies to Tenstorrent profiles; {hw.name} is a GPU "
                          "(use --tile/--stages/--variant there)")
+    if args.tune:
+        return _run_tuned(args, hw, dtype)
     pipe = Pipeline.parse(args.variant) if args.variant else None
     cfg: GemmConfig = default_config(args.m, args.n, args.k, dtype, hw, args.batch, pipe)
     changes: dict[str, Any] = {}
@@ -90,9 +98,50 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_tuned(args: argparse.Namespace, hw: Any, dtype: DType) -> int:
+    """--tune: the candidates' table (stderr under --json), then the winner simulated and reported as usual
+    with a "tune" object (candidates, winner, default, margin, wall time)."""
+    import sys
+
+    from torchsim.lowering.templates.tune import DEFAULT_BUDGET, tune_gemm
+
+    fixed = [f"--{f.replace('_', '-')}" for f in ("variant", "tile", "stages", "no_persistent", "tiles_per_cta")
+             if getattr(args, f)]
+    if fixed:
+        raise UsageError(f"--tune chooses the configuration itself; drop {', '.join(fixed)}")
+    epi = Epilogue.parse(args.epilogue)
+    res = tune_gemm(args.m, args.n, args.k, dtype, hw, args.batch, args.tune_budget or DEFAULT_BUDGET, epi)
+    out = sys.stderr if args.json else sys.stdout
+    for line in tune_table(res):
+        print(line, file=out)
+    kg = gemm(args.m, args.n, args.k, dtype, hw, res.best, epi, batch=args.batch)
+    cfg = res.best
+    units = len(work_units(args.batch, args.m, args.n, args.k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, 8))
+    run_and_report(kg, args, {"output_tiles": units, "tune": res.as_dict()})
+    return 0
+
+
+def tune_table(res: Any) -> list[str]:
+    """The compact table of a TuneResult: config, time, speed vs the default; then winner, margin, wall time."""
+    lines = [f"tuning: {len(res.trials)} candidates simulated, {res.pruned} pruned as unable to run "
+             f"({', '.join(f'{k} {v}' for k, v in res.pruned_reasons.items()) or 'none'}), "
+             f"{res.dropped} valid ones over the budget",
+             f"  {'config':<44} {'time us':>10} {'vs default':>10}"]
+    for t in res.trials:
+        mark = "  (default)" if t.is_default else ("  <- winner" if t.cfg == res.best else "")
+        lines.append(f"  {t.label:<44} {t.time_s * 1e6:10.2f} {res.default_time_s / t.time_s:9.3f}x{mark}")
+    if res.default_won:
+        lines.append(f"winner: the default, {describe(res.best)}, {res.best_time_s * 1e6:.2f} us")
+    else:
+        lines.append(f"winner: {describe(res.best)}, {res.best_time_s * 1e6:.2f} us vs default "
+                     f"{res.default_time_s * 1e6:.2f} us ({100 * res.margin:.1f}% less time, {res.speedup:.3f}x)")
+    lines.append(f"tuning wall time {res.wall_s:.1f} s")
+    return lines
+
+
 def _run_tensix(args: argparse.Namespace, hw: Any, dtype: DType) -> int:
     """A Tensix matmul built by the Tensix templates from the same KernelCall lowering produces."""
-    for flag in ("variant", "tile", "stages", "tiles_per_cta"):
+    for flag in ("variant", "tile", "stages", "tiles_per_cta", "tune"):
         if getattr(args, flag):
             raise UsageError(f"--{flag.replace('_', '-')} is a GPU GEMM option; {hw.name} takes --grid, --fidelity, "
                              "--in1-dtype, --out-dtype, --program")

@@ -33,7 +33,14 @@ def register(kind: KernelKind) -> Callable[[Builder], Builder]:
 def _gemm_call(call: KernelCall, hw: Any) -> KernelGraph:
     variant = call.p("variant", "")
     cfg = None
-    if variant:
+    if call.p("tune", False):  # simulated autotuning (tune.py), memoised per shape and profile
+        if variant:
+            raise ValueError(f"GEMM call {call.name!r}: tune=True chooses the variant itself; drop variant={variant!r}")
+        from torchsim.lowering.templates.tune import tune_gemm
+        cfg = tune_gemm(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, call.p("batch", 1),
+                        epilogue=Epilogue.parse(call.p("epilogue", "none")),
+                        shared_b=bool(call.p("shared_b", True))).best
+    elif variant:
         pipe = Pipeline.parse(variant)
         cfg = default_config(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, call.p("batch", 1), pipe)
     return gemm(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, cfg,
