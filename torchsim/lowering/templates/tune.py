@@ -248,7 +248,7 @@ def tune_gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int =
               log: Callable[[str], None] | None = None) -> TuneResult:
     """Simulate up to `budget` valid configurations (the default always among them) and pick the fastest.
 
-    `sim(kernel, hw) -> KernelResult` (default torchsim.sim.simulate). Results are memoised per
+    `sim(kernel, hw) -> KernelResult` (default torchsim.sim.sustained.simulate_sustained). Results are memoised per
     (shape, dtype, profile, budget, epilogue, shared_b) when the default simulator is used.
     """
     for name, v in (("m", m), ("n", n), ("k", k), ("batch", batch)):
@@ -267,9 +267,9 @@ def tune_gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int =
             memo_key = None
         if memo_key is not None and memo_key in _MEMO:
             return _MEMO[memo_key]
-    if sim is None:
-        from torchsim.sim import simulate
-        sim = simulate
+    if sim is None:  # at the clock each candidate's power allows, as predictions and `torchsim kernel` run it
+        from torchsim.sim.sustained import simulate_sustained
+        sim = simulate_sustained
     t0 = time.perf_counter()
     default = default_config(m, n, k, dtype, hw, batch)
     reasons: dict[str, int] = {}
