@@ -147,7 +147,10 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
     print(f"  DRAM        {out['dram_gb_per_s']:10.1f} GB/s   ({out['pct_of_dram_bw']:.1f}% of sustained "
           f"{hw.dram_bytes_per_s_value / 1e9:.0f} GB/s), L2 hit rate {100 * res.l2_hit_rate:.1f}%")
     print(f"  waves       {res.waves:10.2f}      ({res.ctas} CTAs, {res.ctas_per_sm} per SM)")
-    print(f"  bound       {res.bound}")
+    tensor = res.unit_busy.get("tensor", 0.0)
+    near = f"  (tensor pipe {100 * tensor:.0f}% busy: close to compute-bound)" \
+        if tensor >= 0.8 and "tensor" not in res.bound else ""
+    print(f"  bound       {res.bound}{near}")
     print(f"  accuracy    {out['accuracy']['note']}")
     print("  utilisation " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in res.unit_busy.items()))
     fill = out["tensor_datapath_fill"]
