@@ -20,7 +20,7 @@ from pathlib import Path
 
 from torchsim.validation.predict_row import Device, Prediction, Skip, predict
 from torchsim.validation.published import rows
-from torchsim.validation.report import methods_legend, summary
+from torchsim.validation.report import finish
 
 
 def main() -> None:
@@ -51,15 +51,7 @@ def main() -> None:
         digits = 1 if p.device.envelope else 3
         print(f"{r.id:<9} {p.profile:<9} {kernel:<19} {dims:<20} {r.metric:<9} {p.method.name:<16} "
               f"{p.measured:>9.{digits}f} {p.predicted:>9.{digits}f} {100 * p.err:>+7.1f}  {p.device.bound}")
-    print("\ntiming methods:\n" + "\n".join(methods_legend(preds)))
-    fitted = held = None
-    if args.loso:
-        from torchsim.calibration.run import loso_for
-        names = [x.strip() for x in args.loso_params.split(",") if x.strip()]
-        print(f"\ncalibration of {', '.join(names)} per profile:")
-        fitted, held = loso_for(preds, names, log=print)
-    print(f"\nMAPE per group ({time.time() - t0:.0f} s):")
-    print("\n".join(summary(preds, 34, fitted, held)))
+    finish(preds, args.loso_params if args.loso else None, time.time() - t0, 34)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from torchsim.validation.predict_row import Prediction, Skip, predict
 from torchsim.validation.published import rows
-from torchsim.validation.report import methods_legend, summary
+from torchsim.validation.report import finish, summary
 
 
 def main() -> None:
@@ -58,15 +58,7 @@ def main() -> None:
             tail = f"  {q.predicted:>10.3f} {100 * q.err:>+7.1f}"
         print(f"{r.id:<9} {p.profile:<9} {dt:<9} {shape:<26} {r.metric:<7} {p.method.name:<16} {p.measured:>10.3f} "
               f"{p.predicted:>10.3f} {100 * p.err:>+7.1f}  {p.device.bound}{tail}", flush=True)
-    print("\ntiming methods:\n" + "\n".join(methods_legend(preds)))
-    fitted = held = None
-    if args.loso:
-        from torchsim.calibration.run import loso_for
-        names = [x.strip() for x in args.loso_params.split(",") if x.strip()]
-        print(f"\ncalibration of {', '.join(names)} per profile:")
-        fitted, held = loso_for(preds, names, log=print)
-    print(f"\nMAPE per group ({time.time() - t0:.0f} s of simulation):")
-    print("\n".join(summary(preds, 22, fitted, held)))
+    finish(preds, args.loso_params if args.loso else None, time.time() - t0, 22)
     if args.tune:
         print("\nMAPE per group with the simulated autotuner's configuration (--tune):")
         print("\n".join(summary(tuned, 22)))

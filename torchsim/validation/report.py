@@ -33,3 +33,18 @@ def methods_legend(preds: Sequence[Prediction]) -> list[str]:
     for p in preds:
         seen.setdefault((p.method.name, p.method_reason), []).append(p.row.id)
     return [f"  {m:<17} {len(ids):>3} row(s): {reason}" for (m, reason), ids in sorted(seen.items())]
+
+
+def finish(preds: Sequence[Prediction], loso_params: str | None, elapsed_s: float, width: int) -> None:
+    """The end of a validate_* report: the timing methods used, the calibration of `loso_params` (comma-separated
+    profile fields) with its in-sample and leave-one-source-out figures when given, and MAPE per group."""
+    print("\ntiming methods:\n" + "\n".join(methods_legend(preds)))
+    fitted = held = None
+    if loso_params:
+        from torchsim.calibration.run import loso_for
+
+        names = [x.strip() for x in loso_params.split(",") if x.strip()]
+        print(f"\ncalibration of {', '.join(names)} per profile:")
+        fitted, held = loso_for(preds, names, log=print)
+    print(f"\nMAPE per group ({elapsed_s:.0f} s):")
+    print("\n".join(summary(preds, width, fitted, held)))
