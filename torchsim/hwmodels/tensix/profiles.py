@@ -111,19 +111,28 @@ TENSIX_PROFILES: dict[str, Callable[[], TensixProfile]] = {
 }
 
 
-def tensix_with_grid(hw: TensixProfile, grid: str | tuple[int, int] | None) -> TensixProfile:
-    """`hw` computing on the sub-grid `grid` ('8x8', (8, 8)); None returns `hw`. The profile is renamed
-    NAME@COLSxROWS so cached kernel results of one grid never answer for another; a grid larger than the chip's
-    compute grid is a ValueError naming it."""
+def parse_grid(grid: object, hw: TensixSpec) -> tuple[int, int]:
+    """'8x8', (8, 8) or None (the profile's compute grid); a grid larger than the chip is a ValueError."""
     if grid is None or grid == "":
-        return hw
+        return hw.grid
     if isinstance(grid, str):
         try:
             gx, gy = (int(v) for v in grid.lower().replace(",", "x").split("x"))
         except ValueError:
             raise ValueError(f"grid {grid!r} is not of the form COLSxROWS (e.g. 8x8)") from None
     else:
-        gx, gy = (int(v) for v in grid)
+        gx, gy = (int(v) for v in grid)  # type: ignore[attr-defined]
+    hw.with_grid(gx, gy)  # raises, naming the chip's compute grid, when it does not fit
+    return gx, gy
+
+
+def tensix_with_grid(hw: TensixProfile, grid: str | tuple[int, int] | None) -> TensixProfile:
+    """`hw` computing on the sub-grid `grid` ('8x8', (8, 8)); None returns `hw`. The profile is renamed
+    NAME@COLSxROWS so cached kernel results of one grid never answer for another; a grid larger than the chip's
+    compute grid is a ValueError naming it."""
+    if grid is None or grid == "":
+        return hw
+    gx, gy = parse_grid(grid, hw)
     sub = hw.with_grid(gx, gy)
     if (gx, gy) == hw.grid:
         return hw

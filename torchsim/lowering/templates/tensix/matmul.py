@@ -16,7 +16,7 @@ import numpy as np
 from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, Unit, aff
 from torchsim.hwmodels.tensix.core import CircularBuffer, CoreCosts, check_l1, dst_tiles
 from torchsim.hwmodels.tensix.formats import MathFidelity, check_format, default_fidelity, tile_bytes, tiles
-from torchsim.hwmodels.tensix.profiles import TensixProfile
+from torchsim.hwmodels.tensix.profiles import TensixProfile, parse_grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,21 +36,6 @@ class MatmulConfig:
     @property
     def block_n(self) -> int:
         return self.per_core_n // self.passes
-
-
-def parse_grid(grid: object, hw: TensixProfile) -> tuple[int, int]:
-    """'8x8', (8, 8) or None (the profile's compute grid); a grid larger than the chip is a ValueError."""
-    if grid is None or grid == "":
-        return hw.grid
-    if isinstance(grid, str):
-        try:
-            gx, gy = (int(v) for v in grid.lower().replace(",", "x").split("x"))
-        except ValueError:
-            raise ValueError(f"grid {grid!r} is not of the form COLSxROWS (e.g. 8x8)") from None
-    else:
-        gx, gy = (int(v) for v in grid)  # type: ignore[attr-defined]
-    hw.with_grid(gx, gy)  # raises, naming the chip's compute grid, when it does not fit
-    return gx, gy
 
 
 def _divisor_at_most(n: int, limit: int) -> int:
