@@ -56,3 +56,4 @@ def stop(pool: ProcessPoolExecutor) -> None:
         p.join(timeout=1.0)
         if p.is_alive():
             p.kill()
+            p.join(timeout=1.0)
