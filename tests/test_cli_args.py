@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from torchsim import cli
@@ -34,3 +36,14 @@ def test_semantic_checks(argv: list[str], words: list[str], capsys: pytest.Captu
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and all(w in err for w in words), err
+
+
+def test_checkpoint_that_is_not_a_directory_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such-checkpoint"
+    assert cli.main(["routing", "record", "--checkpoint", str(missing), "-o", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "no such directory" in err and "no-such-checkpoint" in err and "repo" not in err.lower()
+    missing.mkdir()
+    assert cli.main(["routing", "record", "--checkpoint", str(missing), "-o", str(tmp_path / "r.json")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()

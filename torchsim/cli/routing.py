@@ -50,6 +50,14 @@ def _record(args: argparse.Namespace) -> int:
     from torchsim.models.routing_io import save_routing
 
     if args.checkpoint is not None:
+        if not args.checkpoint.is_dir():
+            raise UsageError(f"--checkpoint {args.checkpoint}: no such directory (a local HF checkpoint directory "
+                             f"with config.json; torchsim never downloads)")
+        if not (args.checkpoint / "config.json").is_file():
+            raise UsageError(f"--checkpoint {args.checkpoint}: the directory has no config.json, so it is not an HF "
+                             f"checkpoint")
+        if args.text is not None and not args.text.is_file():
+            raise UsageError(f"--text {args.text}: no such file")
         from torchsim.models.hf import require_transformers
 
         transformers = require_transformers()
