@@ -67,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     import warnings
 
+    from torchsim.prediction.records import MemoryWarning
+
     # the commands print a prediction's warnings themselves (once, without a Python source line)
-    warnings.filterwarnings("ignore", message=".*GiB of weights.*", category=UserWarning)
+    warnings.filterwarnings("ignore", category=MemoryWarning)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         from torchsim.cli.paths import check_outputs

@@ -96,11 +96,6 @@ def export_predictions(args: argparse.Namespace, preds: Sequence[Any], profiles:
 def run(args: argparse.Namespace) -> int:
     from torchsim.prediction.pipeline import predict
 
-    for flag in ("prompt", "batch"):
-        if getattr(args, flag) <= 0:
-            raise UsageError(f"--{flag} must be a positive integer, got {getattr(args, flag)}")
-    if args.decode < 0:
-        raise UsageError(f"--decode must be >= 0, got {args.decode}")
     profiles = parse_hw_list(args.hw)
     preds = []
     for hw in profiles:

@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
                    "chip's compute grid: 8x8 Wormhole, 11x10 blackhole-p150, 13x10 blackhole-p150-13x10)")
     p.add_argument("--prompt", type=int_in(1, 1 << 20), default=2048, help="prompt tokens per sequence (default 2048)")
     p.add_argument("--decode", type=int_in(0, 1 << 20), default=128, help="decode steps (default 128)")
-    p.add_argument("--kv", type=int_in(0, 1 << 24), default=None,
+    p.add_argument("--kv", type=int_in(1, 1 << 24), default=None,
                    help="KV length at the first decode step (default: --prompt)")
     p.add_argument("--batch", type=int_in(1, 1 << 16), default=1, help="sequences per step (default 1)")
     p.add_argument("--preset", default="serving", choices=("serving", "eager"),
@@ -66,13 +66,6 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         print("\n".join(model_names()))
         return 0
-    for flag in ("prompt", "batch"):
-        if getattr(args, flag) <= 0:
-            raise UsageError(f"--{flag} must be a positive integer, got {getattr(args, flag)}")
-    if args.decode < 0:
-        raise UsageError(f"--decode must be >= 0, got {args.decode}")
-    if args.kv is not None and args.kv <= 0:
-        raise UsageError(f"--kv must be a positive integer, got {args.kv}")
     from torchsim.sim.policy import default_policy, policy_profile
 
     hw = _grid_profile(args)

@@ -30,7 +30,7 @@ from torchsim.prediction.kernel_sim import (
     simulate_many,
 )
 from torchsim.prediction.launch import LAUNCH_MODES, LaunchModel
-from torchsim.prediction.records import KernelRecord, Prediction
+from torchsim.prediction.records import KernelRecord, MemoryWarning, Prediction
 
 
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
@@ -248,11 +248,6 @@ def _kv_bytes(plan: KernelPlan) -> float:
             kv = DType.parse(c.p("kv_dtype", "")) if c.p("kv_dtype", "") else c.dtype  # Tensix: bfp8_b cache
             total += 2.0 * c.p("batch") * c.p("heads_kv") * c.p("seq_kv") * c.p("head_dim") * kv.nbytes
     return total
-
-
-class MemoryWarning(UserWarning):
-    """The scenario needs more device memory than the profile has (also in `Prediction.warnings`, which the CLI
-    prints; the CLI silences this Python warning so the line is shown once)."""
 
 
 def _memory_warning(name: str, prof: Any, weight_bytes: float, plans: Sequence[KernelPlan]) -> list[str]:

@@ -12,6 +12,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+class MemoryWarning(UserWarning):
+    """The scenario needs more device memory than the profile has (also in `Prediction.warnings`, which the CLI
+    prints; the CLI silences this Python warning so the line is shown once)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KernelRecord:
     """One kernel launch: what ran, where it came from, when it ran (start on the stream) and what bound it."""
