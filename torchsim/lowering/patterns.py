@@ -329,7 +329,8 @@ SERVING: Patterns = (
 )
 # What plan_graph tries, per preset: the patterns model families registered (register_patterns), then the
 # generic ones above. The registry lives here so lowering never imports models: a family registers its
-# fusions when its module is imported (torchsim.models registers the MoE router/align/combine patterns).
+# fusions when its module is imported (models/mixtral.py imports models/moe_patterns.py, which registers the MoE
+# router/align/combine stages).
 PRESETS: dict[str, Patterns] = {"eager": EAGER, "serving": SERVING}
 
 

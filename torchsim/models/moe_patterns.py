@@ -1,7 +1,8 @@
 """MoE fusion patterns for the `serving` preset: the kernels a fused-MoE runtime launches around the experts.
 
-Registered with lowering.patterns (`register_patterns("serving", moe_serving_patterns())`) when torchsim.models is
-imported, so they are tried before the generic patterns; lowering never imports this module.
+Registered with lowering.patterns (`register_patterns("serving", moe_serving_patterns())`) when models/mixtral.py
+(which defines the MoE modules) imports this module, so they are tried before the generic patterns; lowering never
+imports this module.
 It groups the ATen ops of an MoE block the way vLLM's fused_moe path runs them:
   router:  softmax + top-k + renormalise            -> one ROUTER_TOPK kernel (the router GEMM stays a GEMM)
   align:   sort, token-index math, histc, cumsum     -> one small `moe_align` kernel; the gather of the hidden
