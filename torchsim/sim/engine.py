@@ -160,6 +160,8 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
                 kind = K_LDG if self.l1 is not None and p.op[j] == Op.LDG else K_READ
             else:
                 kind = K_PIPE
+            # the event loop applies a partner pipe's exclusion for pipe nodes only
+            assert kind == K_PIPE or unit is None or unit.partner is None, (p.name, j, p.unit[j])
             sio = p.smem_io[j]
             dsucc = p.data_succ[j]
             queued = dsucc if dsucc and all(p.rkind[k] == R_QUEUE for k in dsucc) else None

@@ -141,31 +141,9 @@ def event_loop(eng: Any) -> int:
                     if not is_dirty[b]:
                         is_dirty[b] = True
                         dirty.append(b)
-            elif kind == EV_READY:  # the last data of node b of CTA a arrives: enqueue(a, b, t), inlined
+            elif kind == EV_READY:  # the last data of node b of CTA a arrives
                 a.why[b] = W_DATA
-                a.ready_t[b] = t
-                p = a.prep
-                sm = a.smo
-                sp0, m, uid = p.qinfo[b]
-                u = sm.ulist[uid]
-                sm.queues[sp0].append((a.base + p.group[b], b, a, m, u))
-                s = sm.index
-                if is_dirty[s]:
-                    continue
-                spf = sm.sp_free
-                lb = spf[sp0] if m is None else sm.spmax if m is full else max(map(spf.__getitem__, m))
-                if not u.queued and u.free_at > lb:
-                    lb = u.free_at
-                if lb <= t or not lazy:
-                    is_dirty[s] = True
-                    dirty.append(s)
-                elif lb < sm.wake:
-                    sm.wake = lb
-                    if lb in cal:
-                        cal[lb].append(wake_ev[s])
-                    else:
-                        cal[lb] = [wake_ev[s]]
-                        push(times, lb)
+                enqueue(a, b, t)
             elif kind == EV_DONE:  # node b of CTA a completes: release its data edges
                 p = a.prep
                 pred = a.pred
@@ -397,10 +375,10 @@ def event_loop(eng: Any) -> int:
                         end = start + occ
                         unit.free_at = end
                         unit.busy_work += work
-                        pt = unit.partner
-                        if pt is not None and pt.free_at < end:
-                            pt.free_at = end
-                        if kind == K_PIPE:
+                        if kind == K_PIPE:  # only pipes have partners (the tensor pipe and the SFU)
+                            pt = unit.partner
+                            if pt is not None and pt.free_at < end:
+                                pt.free_at = end
                             done = end + unit.latency
                         elif memsys is not None:
                             done, start = eng._memsys(cta, j, t, end, work, kind != K_WRITE)

@@ -43,7 +43,7 @@ class Pipeline:
     def occupy(self, t: int, occ: int, work: float) -> tuple[int, int]:
         """Take the pipe for `occ` cycles from `t` or when it frees, whichever is later, for `work`; a partner
         pipe accepts nothing until then. Returns (start, end). The engine's event loop does the same inline for
-        a node's unit (a call per node costs ~2% there)."""
+        a node's unit (a call per node costs 4-7% there: 0.27M calls on the 4096^3 GEMM, 1.6M on FA3 8k)."""
         start = self.free_at if self.free_at > t else t
         end = start + occ
         self.free_at = end
