@@ -41,3 +41,13 @@ def test_the_probe_sees_torch_when_a_model_is_captured() -> None:
     code = "import sys; import torchsim.models.registry; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_a_checkout_folder_named_torchsim_does_not_shadow_the_package(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Python run from the folder above a clone named torchsim/ (no __init__.py at the clone's top) imports the
+    package, not the clone as an empty namespace package (scripts/dev installs in setuptools' compat mode)."""
+    (tmp_path / "torchsim").mkdir()
+    code = "import torchsim; print(torchsim.__file__); print(callable(torchsim.predict))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "True"
