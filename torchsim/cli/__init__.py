@@ -59,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def approximated(args: argparse.Namespace) -> Any:
+    """The model argument: with --approximate, a config file read accepting the fields torchsim cannot model."""
+    if not getattr(args, "approximate", False):
+        return args.model
+    from torchsim.models.registry import get_config
+
+    return get_config(args.model, approximate=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:

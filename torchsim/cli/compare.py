@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from torchsim.cli import UsageError, int_in
+from torchsim.cli import UsageError, approximated, int_in
 from torchsim.cli.outputs import add_output_options, write_prediction_outputs
 from torchsim.exports.adapt import kernel_detail
 from torchsim.exports.from_prediction import prediction_records
@@ -36,6 +36,8 @@ def register(sub: Any) -> None:
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
+    p.add_argument("--approximate", action="store_true",
+                   help="accept config.json fields torchsim cannot model; each approximation is listed")
     p.add_argument("--top", type=int_in(0), default=5, help="top kernels listed per profile (default 5)")
     p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object per profile")
@@ -97,10 +99,11 @@ def run(args: argparse.Namespace) -> int:
     from torchsim.prediction.pipeline import predict
 
     profiles = parse_hw_list(args.hw)
+    model = approximated(args)
     preds = []
     for hw in profiles:
         print(f"predicting {args.model} on {hw.name} ...", file=sys.stderr)
-        preds.append(predict(args.model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
+        preds.append(predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                              preset=args.preset, routing=args.routing, fallback=args.fallback,
                              workers=args.workers, progress=not args.json and sys.stderr.isatty()))
     from torchsim.validation.accuracy import notes_for as accuracy_notes

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, int_in
+from torchsim.cli import UsageError, approximated, int_in
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
 
@@ -47,6 +47,9 @@ def register(sub: Any) -> None:
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
+    p.add_argument("--approximate", action="store_true",
+                   help="accept config.json fields torchsim cannot model (a sliding window, biases, another "
+                   "activation, ...): each approximation is listed with the assumptions and in --json")
     p.add_argument("--decode-samples", type=int, default=3, help="decode steps simulated (others interpolated)")
     p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--policy", default="gto", help="warp issue policy: gto, rr, lrr, two-level, ccws")
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     hw = _grid_profile(args)
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
-        pred = predict(args.model, policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
+        pred = predict(approximated(args), policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
                        dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,

@@ -49,6 +49,8 @@ class DecoderConfig:
     tie_word_embeddings: bool = False
     head_dim: int | None = None
     name: str = "decoder"
+    # config.json fields torchsim does not model, accepted with approximate=True (models.config_fields)
+    approximations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f, limit in _SIZE_LIMITS.items():
@@ -113,19 +115,30 @@ class DecoderConfig:
         return replace(self, num_hidden_layers=num_hidden_layers)
 
     @classmethod
-    def from_dict(cls: type[ConfigT], data: dict[str, Any], name: str | None = None) -> ConfigT:
-        """Build from a dict using HF `config.json` keys; missing required keys are named in one error."""
+    def from_dict(cls: type[ConfigT], data: dict[str, Any], name: str | None = None, *,
+                  approximate: bool = False) -> ConfigT:
+        """Build from a dict using HF `config.json` keys; missing required keys are named in one error, and so
+        are fields that change the computation but torchsim does not model, unless `approximate`
+        (models.config_fields)."""
+        from torchsim.models.config_fields import screen_fields
+
         name = cls.family.lower() if name is None else name
+        own = [f.name for f in fields(cls) if f.name not in ("name", "approximations")]
         required = [f.name for f in fields(cls) if f.default is MISSING]
-        optional = sorted(f.name for f in fields(cls) if f.default is not MISSING and f.name != "name")
+        optional = sorted(f.name for f in fields(cls) if f.default is not MISSING and f.name in own)
+        data = dict(data)
+        rope = data.get("rope_parameters")
+        if "rope_theta" not in data and isinstance(rope, dict) and "rope_theta" in rope:
+            data["rope_theta"] = rope["rope_theta"]  # transformers v5 writes it there
         missing = [k for k in required if k not in data]
         if missing:
             raise ValueError(f"model config {name!r} is missing field(s) {missing}; a {cls.family}-family config "
                              f"needs {required} (optional: {optional})")
-        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data and f.name != "name"}
+        notes = screen_fields(data, set(own), name, approximate=approximate)
+        kwargs = {k: data[k] for k in own if k in data}
         if kwargs.get("head_dim") is None:
             kwargs.pop("head_dim", None)
-        return cls(name=name, **kwargs)
+        return cls(name=name, approximations=notes, **kwargs)
 
 
 def weight_bytes(cfg: DecoderConfig, bytes_per_element: float) -> float:

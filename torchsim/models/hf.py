@@ -8,6 +8,7 @@ kv_heads) and grouped_mm experts, and gives the kwargs that torch.export needs. 
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from types import ModuleType
 from typing import Any
 
@@ -64,20 +65,25 @@ def to_hf_config(cfg: TorchsimConfig) -> Any:
     raise TypeError(f"no HF mapping for config type {type(cfg).__name__}; known: LlamaConfig, MixtralConfig")
 
 
-def from_hf_config(hf_cfg: Any, name: str = "") -> TorchsimConfig:
-    """The torchsim config for an HF config object (v5 `rope_parameters` or v4 `rope_theta` both read)."""
-    data = dict(hf_cfg.to_dict())
+def from_hf_config(hf_cfg: Any, name: str = "", *, approximate: bool = False) -> TorchsimConfig:
+    """The torchsim config for an HF config object (v5 `rope_parameters` or v4 `rope_theta` both read). The
+    fields every transformers config carries (output flags, label maps, ...) are left out; a model field
+    torchsim cannot model is an error unless `approximate` (models.config_fields)."""
+    generic = set(require_transformers().PretrainedConfig().to_dict())
+    modelled = {f.name for cls in (LlamaConfig, MixtralConfig) for f in fields(cls)}
+    full = hf_cfg.to_dict()
+    data = {k: v for k, v in full.items() if k in modelled or k not in generic}
     rope = data.get("rope_parameters") or {}
     if "rope_theta" not in data and isinstance(rope, dict) and "rope_theta" in rope:
         data["rope_theta"] = rope["rope_theta"]
     heads = data.get("num_attention_heads")
     if isinstance(heads, int) and heads > 0 and data.get("head_dim") == data.get("hidden_size", 0) // heads:
         data.pop("head_dim")  # HF always writes the default head_dim; torchsim keeps None for "hidden / heads"
-    model_type = data.get("model_type", "")
+    model_type = full.get("model_type", "")
     if model_type == "mixtral":
-        return MixtralConfig.from_dict(data, name or "hf-mixtral")
+        return MixtralConfig.from_dict(data, name or "hf-mixtral", approximate=approximate)
     if model_type in ("llama", "mistral"):
-        return LlamaConfig.from_dict(data, name or f"hf-{model_type}")
+        return LlamaConfig.from_dict(data, name or f"hf-{model_type}", approximate=approximate)
     raise ValueError(f"HF model_type {model_type!r} has no torchsim family; supported: llama, mistral, mixtral")
 
 

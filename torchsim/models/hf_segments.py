@@ -103,7 +103,8 @@ class HFSegmented(nn.Module):
         base = getattr(model, "model", None)
         if base is None or not hasattr(base, "layers") or not hasattr(model, "lm_head"):
             raise TypeError(f"{type(model).__name__} is not an HF *ForCausalLM with .model.layers and .lm_head")
-        self.config: TorchsimConfig = from_hf_config(model.config, getattr(model.config, "name_or_path", "") or "")
+        self.config: TorchsimConfig = from_hf_config(model.config, getattr(model.config, "name_or_path", "") or "",
+                                                   approximate=True)  # listed with the assumptions
         self.head = HFHead(base)
         self.layers = nn.ModuleList(HFLayer(layer) for layer in base.layers)
         self.tail = HFTail(base.norm, model.lm_head)

@@ -16,7 +16,7 @@ from torchsim.models import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported: the r
 from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
 
 _MODELS: dict[str, Callable[[], Any]] = {}
-_FAMILIES: dict[str, Callable[[dict[str, Any], str], Any]] = {}
+_FAMILIES: dict[str, Callable[..., Any]] = {}
 # Modules that register more names when imported (absent ones are skipped).
 _PLUGIN_MODULES = ("torchsim.models.mixtral",)
 _BUILDERS: dict[type, Callable[[Any], Any]] = {}
@@ -30,8 +30,8 @@ def register_model(name: str, make_config: Callable[[], Any]) -> None:
     _MODELS[key] = make_config
 
 
-def register_family(model_type: str, from_dict: Callable[[dict[str, Any], str], Any]) -> None:
-    """Map an HF `config.json` `model_type` to a config constructor `from_dict(data, name)`."""
+def register_family(model_type: str, from_dict: Callable[..., Any]) -> None:
+    """Map an HF `config.json` `model_type` to a config constructor `from_dict(data, name, *, approximate)`."""
     if model_type in _FAMILIES:
         raise ValueError(f"model family {model_type!r} is already registered")
     _FAMILIES[model_type] = from_dict
@@ -70,8 +70,9 @@ def model_names() -> list[str]:
     return sorted(_MODELS)
 
 
-def get_config(name_or_path: str | Path) -> Any:
-    """A model config from a registered name (`llama3-8b`) or a path to an HF `config.json`.
+def get_config(name_or_path: str | Path, *, approximate: bool = False) -> Any:
+    """A model config from a registered name (`llama3-8b`) or a path to an HF `config.json` (`approximate`:
+    accept fields torchsim cannot model, each kept in the config's `approximations`).
 
     >>> get_config("llama3-8b").num_hidden_layers
     32
@@ -81,15 +82,16 @@ def get_config(name_or_path: str | Path) -> Any:
         return _MODELS[text.lower()]()
     path = Path(text)
     if path.suffix == ".json" or path.is_file() or path.is_dir():
-        return load_config_file(path)
+        return load_config_file(path, approximate=approximate)
     _load_plugins()
     if text.lower() in _MODELS:
         return _MODELS[text.lower()]()
     raise KeyError(f"unknown model {text!r}; known: {', '.join(model_names())} (or a path to an HF config.json)")
 
 
-def load_config_file(path: str | Path) -> Any:
-    """Read an HF-style `config.json` (or a directory holding one) into the matching family's config."""
+def load_config_file(path: str | Path, *, approximate: bool = False) -> Any:
+    """Read an HF-style `config.json` (or a directory holding one) into the matching family's config; fields
+    torchsim cannot model are an error naming them, unless `approximate` (models.config_fields)."""
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
@@ -107,7 +109,7 @@ def load_config_file(path: str | Path) -> Any:
         raise ValueError(f"model config file {str(p)!r} has model_type {model_type!r}; supported: "
                          f"{', '.join(sorted(_FAMILIES))}")
     try:
-        return _FAMILIES[model_type](data, p.parent.name or p.stem)
+        return _FAMILIES[model_type](data, p.parent.name or p.stem, approximate=approximate)
     except ValueError as exc:
         raise ValueError(f"model config file {str(p)!r}: {exc}") from None
 

@@ -121,6 +121,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     warnings = _memory_warning(name, prof, w_bytes, plans)
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
+        *(f"approximated: {a}" for a in getattr(cfg, "approximations", ())),  # models.config_fields
         *dict.fromkeys(lm.describe() for lm in lms.values()),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
         + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else

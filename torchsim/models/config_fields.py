@@ -1,0 +1,86 @@
+"""Which fields of an HF `config.json` torchsim models, which it may ignore, and which it cannot model.
+
+A field that changes the computation or the memory a model needs is either modelled (a field of the family's
+config class) or named: a config holding one is refused with the field, its value and what torchsim would do
+instead, unless the caller accepts approximations (`approximate=True`, `--approximate` on the command line);
+then each one is kept on the config (`DecoderConfig.approximations`) and listed with the prediction's
+assumptions. Nothing is dropped without a word.
+
+>>> screen_fields({"hidden_size": 64, "use_cache": True}, {"hidden_size"}, "m", approximate=False)
+()
+>>> screen_fields({"attention_bias": True}, set(), "m", approximate=True)
+('attention_bias = true: the q/k/v/o projection biases are not simulated (one bias add per projection)',)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+# Fields that do not change inference work or memory: metadata, tokenizer ids, training-only settings.
+IGNORED = frozenset({
+    "architectures", "model_type", "transformers_version", "_name_or_path", "auto_map", "torch_dtype", "dtype",
+    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout",
+    "pretraining_tp",  # splits the projections during pre-training only (HF LlamaConfig docs)
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",  # training losses and noise (Mixtral)
+    # RoPE scaling (llama3, linear, dynamic, yarn) changes the rotation frequencies, not the work per token;
+    # transformers v5 writes rope_theta inside rope_parameters
+    "rope_scaling", "rope_parameters",
+})
+
+
+def _window(value: Any, data: dict[str, Any]) -> str | None:
+    context = data.get("max_position_embeddings")
+    if value is None or (isinstance(context, int) and isinstance(value, int) and value >= context):
+        return None  # no window, or one that never binds
+    return (f"sliding_window = {json.dumps(value)}: attention is simulated as full causal attention (a window "
+            "shortens the KV each query reads once the sequence is longer than the window)")
+
+
+def _flag(meaning: str) -> Callable[[Any, dict[str, Any]], str | None]:
+    def check(value: Any, data: dict[str, Any]) -> str | None:
+        return None if value is False or value is None else f"= {json.dumps(value)}: {meaning}"
+    return check
+
+
+def _act(value: Any, data: dict[str, Any]) -> str | None:
+    if value == "silu":
+        return None
+    return f"= {json.dumps(value)}: the MLP is simulated as SwiGLU (silu), the activation torchsim models"
+
+
+# Fields torchsim does not model that are harmless at one value (no bias, no window, silu) and not otherwise.
+CONDITIONAL: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
+    "sliding_window": _window,
+    "use_sliding_window": _flag("sliding-window attention is not simulated (full causal attention is)"),
+    "max_window_layers": lambda v, d: None if not d.get("use_sliding_window") else
+    f"= {json.dumps(v)}: per-layer sliding windows are not simulated",
+    "attention_bias": _flag("the q/k/v/o projection biases are not simulated (one bias add per projection)"),
+    "mlp_bias": _flag("the MLP projection biases are not simulated (one bias add per projection)"),
+    "hidden_act": _act,
+    "quantization_config": lambda v, d: f"= {json.dumps(v)[:80]}: the weights are simulated in the --dtype "
+                                        "format, not in this quantisation",
+}
+
+
+def screen_fields(data: dict[str, Any], modelled: set[str], name: str, *, approximate: bool) -> tuple[str, ...]:
+    """The approximations a config's fields need, each as one line; a ValueError naming them all unless
+    `approximate`. `modelled`: the field names the family's config class reads."""
+    notes: list[str] = []
+    for key in sorted(data):
+        if key in modelled or key in IGNORED:
+            continue
+        if key in CONDITIONAL:
+            why = CONDITIONAL[key](data[key], data)
+            if why is None:
+                continue
+            notes.append(why if why.startswith(key) else f"{key} {why}")
+        else:
+            notes.append(f"{key} = {json.dumps(data[key])[:60]}: a field torchsim does not know; it is ignored "
+                         "(it may change the computation)")
+    if notes and not approximate:
+        raise ValueError(f"model config {name!r} has field(s) torchsim cannot model: " + "; ".join(notes)
+                         + ". Pass --approximate (approximate=True) to predict anyway, with each approximation "
+                         "listed in the output")
+    return tuple(notes)
