@@ -204,7 +204,7 @@ _ELEMENTWISE = (
     aten.eq.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.lt.Tensor, aten.le.Tensor, aten.gt.Tensor,
     aten.ge.Tensor, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar, aten.logical_and.default,
     aten.logical_not.default, aten.__and__.Tensor, aten.bitwise_and.Tensor, aten.bitwise_or.Tensor,
-    aten.__or__.Tensor, aten.cat.default, aten.to.dtype, aten._to_copy.default, aten.to.dtype_layout,
+    aten.__or__.Tensor, aten.cat.default, aten.to.dtype, aten._to_copy.default, aten.to.dtype_layout, aten.to.device,
     aten.type_as.default, aten.reshape.default, aten.contiguous.default, aten.clone.default, aten.copy_.default,
     aten.copy.default, aten.index.Tensor, aten.index_select.default, aten.gather.default, aten.index_put_.default,
     aten.index_put.default, aten.scatter.src, aten.scatter_add.default, aten.tril.default, aten.triu.default,

@@ -64,6 +64,12 @@ CONDITIONAL: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
 }
 
 
+def conditional_note(key: str, data: dict[str, Any]) -> str | None:
+    """The approximation a CONDITIONAL field's value needs, as one line starting with the field; None if none."""
+    why = CONDITIONAL[key](data[key], data)
+    return None if why is None else why if why.startswith(key) else f"{key} {why}"
+
+
 def screen_fields(data: dict[str, Any], modelled: set[str], name: str, *, approximate: bool) -> tuple[str, ...]:
     """The approximations a config's fields need, each as one line; a ValueError naming them all unless
     `approximate`. `modelled`: the field names the family's config class reads."""
@@ -72,13 +78,16 @@ def screen_fields(data: dict[str, Any], modelled: set[str], name: str, *, approx
         if key in modelled or key in IGNORED:
             continue
         if key in CONDITIONAL:
-            why = CONDITIONAL[key](data[key], data)
-            if why is None:
-                continue
-            notes.append(why if why.startswith(key) else f"{key} {why}")
+            if (why := conditional_note(key, data)) is not None:
+                notes.append(why)
         else:
             notes.append(f"{key} = {json.dumps(data[key])[:60]}: a field torchsim does not know; it is ignored "
                          "(it may change the computation)")
+    return refuse_unless(notes, name, approximate=approximate)
+
+
+def refuse_unless(notes: list[str], name: str, *, approximate: bool) -> tuple[str, ...]:
+    """`notes` as the config's approximations, or a ValueError naming them all unless `approximate`."""
     if notes and not approximate:
         raise ValueError(f"model config {name!r} has field(s) torchsim cannot model: " + "; ".join(notes)
                          + ". Pass --approximate (approximate=True) to predict anyway, with each approximation "

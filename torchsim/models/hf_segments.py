@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsim.models.decoder import Segment, decoder_segments
+from torchsim.models.decoder import DecoderConfig, Segment, decoder_segments
 from torchsim.models.hf import TorchsimConfig, enable_sdpa_gqa, from_hf_config
 
 
@@ -98,13 +98,15 @@ class HFSegmented(nn.Module):
     ['head', 'layers.0', 'layers.1', 'tail']
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, config: DecoderConfig | None = None) -> None:
+        """`config`: the torchsim config the model was built from (models.hf_family); by default read from the
+        model's own HF config (Llama and Mixtral)."""
         super().__init__()
         base = getattr(model, "model", None)
         if base is None or not hasattr(base, "layers") or not hasattr(model, "lm_head"):
             raise TypeError(f"{type(model).__name__} is not an HF *ForCausalLM with .model.layers and .lm_head")
-        self.config: TorchsimConfig = from_hf_config(model.config, getattr(model.config, "name_or_path", "") or "",
-                                                   approximate=True)  # listed with the assumptions
+        self.config: TorchsimConfig | DecoderConfig = config or from_hf_config(
+            model.config, getattr(model.config, "name_or_path", "") or "", approximate=True)  # listed as assumptions
         self.head = HFHead(base)
         self.layers = nn.ModuleList(HFLayer(layer) for layer in base.layers)
         self.tail = HFTail(base.norm, model.lm_head)

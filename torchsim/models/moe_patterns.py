@@ -21,9 +21,11 @@ from torchsim.lowering.lowerings import PlanContext, is_view
 from torchsim.lowering.opgraph import OpGraph, OpNode
 from torchsim.lowering.patterns import Match, Pattern, Patterns, register_patterns
 
-# Innermost module class names of routers and expert containers (torchsim's own and HF transformers v5).
-ROUTER_TYPES = frozenset({"TopKRouter", "MixtralTopKRouter"})
-EXPERTS_TYPES = frozenset({"GroupedExperts", "MixtralExperts"})
+# Innermost module class names of routers and expert containers: torchsim's own (TopKRouter, GroupedExperts) and
+# HF transformers v5's, which every MoE family names <Family>TopKRouter / <Family>Experts (MixtralExperts,
+# Qwen3MoeExperts, GraniteMoeExperts, ...).
+ROUTER_SUFFIX = "TopKRouter"
+EXPERTS_SUFFIXES = ("Experts",)
 _KEEP = frozenset({"linear", "_grouped_mm"})  # ops with kernels of their own inside the MoE scopes
 
 
@@ -40,10 +42,10 @@ class MoeStagePattern(Pattern):
         self.stage = stage
 
     def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
-        types = ROUTER_TYPES if self.stage is MoeStage.ROUTER else EXPERTS_TYPES
+        suffixes = (ROUTER_SUFFIX,) if self.stage is MoeStage.ROUTER else EXPERTS_SUFFIXES
         scopes: dict[str, list[OpNode]] = {}
         for n in g.nodes:
-            if n.module_type in types:
+            if n.module_type and n.module_type.endswith(suffixes):
                 scopes.setdefault(n.module_path, []).append(n)
         for nodes in scopes.values():
             picked = self._select(g, nodes)

@@ -18,8 +18,9 @@ from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
 _MODELS: dict[str, Callable[[], Any]] = {}
 _FAMILIES: dict[str, Callable[..., Any]] = {}
 # Modules that register more names when imported (absent ones are skipped).
-_PLUGIN_MODULES = ("torchsim.models.mixtral",)
+_PLUGIN_MODULES = ("torchsim.models.mixtral", "torchsim.models.hf_family")
 _BUILDERS: dict[type, Callable[[Any], Any]] = {}
+_OTHER: list[Callable[..., Any]] = []  # at most one: the family of every other model_type
 
 
 def register_model(name: str, make_config: Callable[[], Any]) -> None:
@@ -35,6 +36,11 @@ def register_family(model_type: str, from_dict: Callable[..., Any]) -> None:
     if model_type in _FAMILIES:
         raise ValueError(f"model family {model_type!r} is already registered")
     _FAMILIES[model_type] = from_dict
+
+
+def register_other_families(from_dict: Callable[..., Any]) -> None:
+    """The constructor for a `config.json` whose `model_type` no registered family has (models.hf_family)."""
+    _OTHER[:] = [from_dict]
 
 
 def register_builder(config_type: type, build: Callable[[Any], Any]) -> None:
@@ -105,13 +111,21 @@ def load_config_file(path: str | Path, *, approximate: bool = False) -> Any:
         raise ValueError(f"model config file {str(p)!r} must hold a JSON object")
     _load_plugins()
     model_type = str(data.get("model_type", "llama"))
-    if model_type not in _FAMILIES:
-        raise ValueError(f"model config file {str(p)!r} has model_type {model_type!r}; supported: "
-                         f"{', '.join(sorted(_FAMILIES))}")
+    name = (p.parent.name or p.stem) if p.name == "config.json" else p.stem  # .../qwen2/config.json: qwen2
     try:
-        return _FAMILIES[model_type](data, p.parent.name or p.stem, approximate=approximate)
+        if model_type in _FAMILIES:
+            return _FAMILIES[model_type](data, name, approximate=approximate)
+        if _OTHER:  # any other causal LM: built by transformers itself (models.hf_family, the hf extra)
+            return _OTHER[0](data, name, approximate=approximate)
+        raise ValueError(f"model_type {model_type!r} has no family")
+    except ImportError as exc:
+        raise ImportError(f"model config file {str(p)!r} has model_type {model_type!r}: torchsim's own families "
+                          f"are {', '.join(sorted(_FAMILIES))}; any other is built by HF transformers ({exc})") \
+            from None
     except ValueError as exc:
-        raise ValueError(f"model config file {str(p)!r}: {exc}") from None
+        raise ValueError(f"model config file {str(p)!r}: {exc}; torchsim's own families are "
+                         f"{', '.join(sorted(_FAMILIES))}, any other model_type is built by HF transformers"
+                         if "model_type" in str(exc) else f"model config file {str(p)!r}: {exc}") from None
 
 
 def _llama(name: str, **kw: Any) -> Callable[[], LlamaConfig]:

@@ -137,7 +137,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     )
     stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
              "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
-             "proofs": list(plans[0].proofs), "weight_bytes": w_bytes}
+             "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, **_model_facts(cfg, module, kv_dtype)}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}
     return Prediction(model=name, hw=prof.name, preset=preset.value, launch=launch, batch=batch,
@@ -159,6 +159,16 @@ def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, 
         duration_us=s.time_s * 1e6, gap_us=gap_s * 1e6, flops=s.flops, dram_bytes=s.dram_bytes,
         l2_hit_rate=s.l2_hit_rate, unit_util=s.unit_util, stalls=s.stalls, bound=s.bound,
         module_path=c.module_path, source=c.source, fallback=s.fallback, method=s.method, weight=weight)
+
+
+def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
+    """What was understood of the model: its family, parameter count and KV-cache bytes per token."""
+    hf_type = getattr(cfg, "model_type", "")
+    family = f"{hf_type} (HF transformers)" if hf_type else str(getattr(cfg, "family", type(module).__name__))
+    facts: dict[str, Any] = {"family": family, "params": int(sum(p.numel() for p in module.parameters()))}
+    if hasattr(cfg, "kv_bytes_per_token"):
+        facts["kv_bytes_per_token"] = int(cfg.kv_bytes_per_token(1 if kv_dtype is not None else 2))
+    return facts
 
 
 def _require_int(name: str, value: Any, *, minimum: int) -> None:

@@ -153,6 +153,13 @@ class Prediction:
         lines = [f"{self.model} on {self.hw}: batch {self.batch}, prompt {self.prompt_len}, {self.decode_steps} "
                  f"decode steps from KV {self.kv_len} (preset {self.preset}, launch {self.launch})",
                  f"  TTFT   {self.ttft_s * 1e3:10.3f} ms   ({len(self.step_kernels('prefill'))} kernels)"]
+        st = self.stats
+        if "params" in st and "weight_bytes" in st:  # what was understood of the model
+            kv = f", KV {st['kv_bytes_per_token'] / 1024:,.1f} KiB per token" if "kv_bytes_per_token" in st else ""
+            params = f"{st['params'] / 1e9:,.2f} B" if st["params"] >= 1e9 else f"{st['params'] / 1e6:,.2f} M"
+            wb = st["weight_bytes"]
+            weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
+            lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{kv}")
         if self.decode_steps:
             lines.append(f"  TPOT   {self.tpot_s * 1e3:10.3f} ms   ({len(self.step_kernels('decode'))} kernels/step; "
                          f"{self.floor_ratio():.2f}x the HBM floor of weights + KV)")

@@ -1,0 +1,43 @@
+"""Prefill TTFT and decode TPOT on one GPU profile for each HF family torchsim builds from a public config.json.
+
+    python benchmarks/hf_families.py [--hw h100-sxm] [--prompt 2048] [--decode 128]
+
+The configs are the ones the tests use (tests/data/hf_configs: Qwen2.5-7B, Qwen3-8B, Qwen3-30B-A3B, OLMo-2-7B,
+Granite-3.1-8B, Phi-3-mini-4k), built by HF transformers on the meta device (models.hf_family), with
+torchsim's own Llama-3-8B beside them. A config needing an approximation is predicted with it and the
+approximation is printed. Not a test: a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from torchsim.models.registry import get_config
+from torchsim.prediction.pipeline import predict
+
+CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hw", default="h100-sxm")
+    ap.add_argument("--prompt", type=int, default=2048)
+    ap.add_argument("--decode", type=int, default=128)
+    args = ap.parse_args()
+    models: list[Any] = ["llama3-8b", *(get_config(p, approximate=True) for p in sorted(CONFIGS.glob("*.json")))]
+    print(f"{'model':<16} {'family':<10} {'TTFT ms':>9} {'TPOT ms':>8} {'weights GB':>10} {'wall s':>7}  "
+          "approximations")
+    for m in models:
+        t0 = time.perf_counter()
+        p = predict(m, args.hw, prompt_len=args.prompt, decode_steps=args.decode, progress=False)
+        family = getattr(m, "model_type", "") or "llama (own)"
+        approx = "; ".join(a.removeprefix("approximated: ")[:60] for a in p.assumptions if a.startswith("approx"))
+        print(f"{p.model:<16} {family:<10} {p.ttft_s * 1e3:>9.3f} {p.tpot_s * 1e3:>8.3f} "
+              f"{p.stats['weight_bytes'] / 1e9:>10.2f} {time.perf_counter() - t0:>7.1f}  {approx}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
