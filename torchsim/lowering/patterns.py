@@ -143,10 +143,10 @@ class Siblings(Pattern):
     min_count: int = 2
 
     def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
-        groups: dict[str, list[OpNode]] = {}
-        for n in g.nodes:
-            if n.target in self.targets and n.name not in taken and len(n.inputs) == 2:
-                groups.setdefault(through_views(g, n.inputs[0]), []).append(n)
+        groups: dict[tuple[str, int], list[OpNode]] = {}
+        for n in g.nodes:  # with or without a bias (QKV of Qwen2): fused when all siblings have one or none
+            if n.target in self.targets and n.name not in taken and len(n.inputs) in (2, 3):
+                groups.setdefault((through_views(g, n.inputs[0]), len(n.inputs)), []).append(n)
         for members in groups.values():
             ks = {m.in_specs[1].shape[-1] for m in members}
             if len(members) >= self.min_count and len(ks) == 1:
@@ -213,12 +213,14 @@ class KvCacheAppend(Pattern):
 
 @dataclass(frozen=True)
 class ModuleScope(Pattern):
-    """Every op inside modules of the given class names (e.g. rotary tables a fused RoPE kernel reads itself)."""
+    """Every op inside modules whose class name ends with one of the given names (e.g. the rotary tables a fused
+    RoPE kernel reads itself: RotaryEmbedding, LlamaRotaryEmbedding, Qwen2RotaryEmbedding, ...)."""
 
-    module_types: frozenset[str]
+    suffixes: tuple[str, ...]
 
     def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
-        nodes = tuple(n for n in g.nodes if n.module_type in self.module_types and n.name not in taken)
+        nodes = tuple(n for n in g.nodes if n.module_type and n.module_type.endswith(self.suffixes)
+                      and n.name not in taken)
         if nodes:
             taken |= {n.name for n in nodes}
             yield Match(nodes)
@@ -247,7 +249,8 @@ def build_fused_gemm(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]
     x, k = m.nodes[0].in_specs[0], m.nodes[0].in_specs[1].shape[-1]
     n = sum(node.in_specs[1].shape[0] for node in m.nodes)
     leaves = "+".join(node.module_path.rsplit(".", 1)[-1] for node in m.nodes)
-    call = ctx.call(KernelKind.GEMM, m.nodes, x.dtype, m=x.numel // k, n=n, k=k, epilogue="none")
+    call = ctx.call(KernelKind.GEMM, m.nodes, x.dtype, m=x.numel // k, n=n, k=k,
+                    epilogue="bias" if len(m.nodes[0].inputs) == 3 else "none")
     name = f"{call.module_path}.{leaves}" if call.module_path else leaves
     return [KernelCall.make(call.kind, call.dtype, name=name, module_path=call.module_path, source=call.source,
                             fx_nodes=call.fx_nodes, **dict(call.params))]
@@ -315,7 +318,7 @@ Patterns = Sequence[tuple[Pattern, Builder]]
 
 EAGER: Patterns = ()
 SERVING: Patterns = (
-    (ModuleScope(frozenset({"RotaryEmbedding", "LlamaRotaryEmbedding", "MixtralRotaryEmbedding"})), build_nothing),
+    (ModuleScope(("RotaryEmbedding",)), build_nothing),
     (Siblings(frozenset({aten.linear.default})), build_fused_gemm),
     (Chain(ADD_RMSNORM_STEPS), build_add_rmsnorm),
     (Chain(RMSNORM_STEPS), build_rmsnorm),
