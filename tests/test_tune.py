@@ -136,3 +136,18 @@ def test_cli_tune_rejects_fixed_configuration(capsys: pytest.CaptureFixture[str]
     assert main(["kernel", "gemm", "--m", "64", "--n", "64", "--k", "64", "--hw", "h100-sxm", "--tune",
                  "--tile", "64x64x64"]) == 2
     assert "--tune chooses the configuration itself" in capsys.readouterr().err
+
+
+def test_predict_tune_gives_every_gemm_the_tuned_configuration() -> None:
+    from torchsim.prediction.pipeline import predict
+
+    args = dict(prompt_len=64, decode_steps=1, workers=1, cache=False)
+    plain = predict("llama-small", "h100-sxm", **args)
+    tuned = predict("llama-small", "h100-sxm", tune=True, **args)
+    pairs = [(a, b) for a, b in zip(plain.kernels, tuned.kernels, strict=True) if a.kind == "gemm"]
+    assert pairs and all(a.name == b.name for a, b in pairs)
+    assert all(b.duration_us <= a.duration_us * 1.001 for a, b in pairs)  # the default is a candidate
+    assert any(a.config != b.config for a, b in pairs)
+    assert tuned.ttft_s <= plain.ttft_s and any("autotuned" in x for x in tuned.assumptions)
+    with pytest.raises(ValueError, match="not a GPU profile"):
+        predict("llama-small", "wormhole-n150", tune=True, **args)

@@ -47,6 +47,9 @@ def register(sub: Any) -> None:
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
+    p.add_argument("--tune", action="store_true",
+                   help="GPU profiles: give every GEMM the simulated autotuner's configuration (the fastest of up to "
+                   "24 valid tile/stage/split-K/cluster choices; slower: each GEMM shape is simulated that often)")
     p.add_argument("--approximate", action="store_true",
                    help="accept config.json fields torchsim cannot model (a sliding window, biases, another "
                    "activation, ...): each approximation is listed with the assumptions and in --json")
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
                        dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
-                       workers=args.workers, cache=not args.no_cache,
+                       workers=args.workers, cache=not args.no_cache, tune=args.tune,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from torchsim.graph.kinds import DType
+from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
@@ -37,7 +39,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             kv_len: int | None = None, batch: int = 1, preset: str | Preset = "serving", launch: str | None = None,
             dtype: str = "bf16", kv_cache: str | None = None, weights: str | None = None, routing: Any = None,
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
-            workers: int | None = None, cache: bool = True, progress: bool = False) -> Prediction:
+            workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -46,7 +48,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     ("performance" | "accuracy", Tensix only) picks tt_transformers' data formats and fidelities per weight role.
     `dtype="fp8"` is an FP8 checkpoint (decoder-layer GEMMs in FP8 E4M3); `kv_cache="fp8"` an FP8 KV cache.
     Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
-    and kept in the on-disk cache (torchsim.prediction.cache; `cache=False` skips it).
+    and kept in the on-disk cache (torchsim.prediction.cache; `cache=False` skips it). `tune=True` (GPU profiles)
+    gives every GEMM the simulated autotuner's configuration (lowering.templates.tune: the fastest of a bounded set
+    of valid configurations, the default among them) instead of the one-shot heuristic.
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
@@ -64,6 +68,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         _require_int(name, value, minimum=1)
     _require_int("decode_steps", decode_steps, minimum=0)
     kv0 = prompt_len if kv_len is None else kv_len
+    if tune and not isinstance(_profile(hw), GpuProfile):
+        raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(_profile(hw), 'name', hw)!r} is not "
+                         "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
     _require_int("kv_len", kv0, minimum=1)
     if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3"):
         raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16, "
@@ -88,7 +95,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         cap = capture_model(module, batch, q, past)
         plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
                               kv_dtype)
-        plans.append(adapt_plan(plan, prof, weights))  # Tensix: tt_transformers' ops, formats, fidelities
+        plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
+        plans.append(_tuned(plan) if tune else plan)
     t_plan = time.perf_counter()
 
     distinct = {c.key(): c for p in plans for c in p.calls}
@@ -122,6 +130,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
         *(f"approximated: {a}" for a in getattr(cfg, "approximations", ())),  # models.config_fields
+        *(("GEMM configurations autotuned by simulation (the fastest of up to 24 valid ones per shape)",)
+          if tune else ()),
         *dict.fromkeys(lm.describe() for lm in lms.values()),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
         + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
@@ -159,6 +169,13 @@ def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, 
         duration_us=s.time_s * 1e6, gap_us=gap_s * 1e6, flops=s.flops, dram_bytes=s.dram_bytes,
         l2_hit_rate=s.l2_hit_rate, unit_util=s.unit_util, stalls=s.stalls, bound=s.bound,
         module_path=c.module_path, source=c.source, fallback=s.fallback, method=s.method, weight=weight)
+
+
+def _tuned(plan: KernelPlan) -> KernelPlan:
+    """The plan with its GEMMs autotuned by simulation (the `tune` parameter the GEMM template reads)."""
+    calls = tuple(replace(c, params=tuple(sorted({**dict(c.params), "tune": True}.items())))
+                  if c.kind is KernelKind.GEMM and not c.p("variant", "") else c for c in plan.calls)
+    return replace(plan, calls=calls)
 
 
 def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
