@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from transformers import AutoConfig  # noqa: E402
+
 from torchsim.lowering import plan  # noqa: E402
 from torchsim.lowering.kernel_call import KernelKind  # noqa: E402
 from torchsim.lowering.precision import WeightPrecision, weight_bytes  # noqa: E402
@@ -35,10 +37,10 @@ def _count(c: dict[str, Any]) -> tuple[int, int]:
     if "num_experts" in c:
         e, k, mi = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
         mlp_params, mlp_flops = e * 3 * h * mi + e * h, 2 * (k * 3 * h * mi + e * h)
-    else:
-        mlp_params = 3 * h * c["intermediate_size"]
+    else:  # SwiGLU (gate, up, down), or StarCoder2's plain c_fc -> gelu -> c_proj
+        mlp_params = (2 if c["model_type"] == "starcoder2" else 3) * h * c["intermediate_size"]
         mlp_flops = 2 * mlp_params
-    tied = c.get("tie_word_embeddings", False)
+    tied = c.get("tie_word_embeddings", AutoConfig.for_model(c["model_type"]).tie_word_embeddings)  # or its default
     params = vocab * h + layers * (proj + extra + mlp_params + 2 * h) + h + (0 if tied else vocab * h)
     flops = TOKENS * layers * (2 * proj + mlp_flops) + 2 * vocab * h
     return params, flops
@@ -67,6 +69,14 @@ def test_captured_flops_and_weight_bytes_match_the_config(path: Path) -> None:
     plan._plan_graph.cache_clear()
     assert not got.unsupported
     assert _gemm_flops(got) == pytest.approx(flops, rel=0.01)
+
+
+def test_layer_norm_families_price_a_centered_norm() -> None:
+    plan._plan_graph.cache_clear()
+    got = plan.plan_model(build_model(get_config(CONFIGS / "olmo-7b.json")), batch=1, q_len=16, past_len=0)
+    plan._plan_graph.cache_clear()
+    norms = [c for c in got.calls if c.kind in (KernelKind.RMSNORM, KernelKind.ADD_RMSNORM)]
+    assert norms and all(c.p("centered", False) and not c.p("bias", False) for c in norms)  # OLMo-1: no affine
 
 
 def test_what_capture_replaces_is_named() -> None:

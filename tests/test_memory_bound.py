@@ -179,3 +179,14 @@ def test_cli_other_kinds_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--heads-q must be a positive integer" in capsys.readouterr().err
     assert main(["kernel", "router-topk", "--tokens", "4", "--experts", "8", "--top-k", "9"]) == 2
     assert "top_k=9 exceeds experts=8" in capsys.readouterr().err
+
+
+def test_layernorm_costs_more_than_rmsnorm_and_reads_its_bias() -> None:
+    from torchsim.lowering.templates.norms import rmsnorm
+
+    hw = get_profile("h100-sxm")
+    rms = rmsnorm(4096, 4096, DType.BF16, hw)
+    ln = rmsnorm(4096, 4096, DType.BF16, hw, centered=True, bias=True)
+    assert ln.dram_bytes == rms.dram_bytes + 4096 * 2  # the bias vector
+    assert ln.flops > rms.flops
+    assert simulate(ln, hw).cycles >= simulate(rms, hw).cycles

@@ -118,6 +118,19 @@ def _free(node: OpNode, ctx: PlanContext) -> list[KernelCall]:
     return []
 
 
+# ---- normalisation ------------------------------------------------------------------------------------------------
+
+
+@register_lowering(aten.layer_norm.default)
+def _layer_norm(node: OpNode, ctx: PlanContext) -> list[KernelCall]:
+    """LayerNorm over the last dimension: the row-norm kernel with the mean subtracted first (`centered`), and a
+    bias vector read when the op has one (OLMo-1's non-parametric norm has neither weight nor bias)."""
+    x = node.out[0]
+    hidden = x.shape[-1]
+    return [ctx.call(KernelKind.RMSNORM, [node], x.dtype, rows=x.numel // hidden, hidden=hidden, centered=True,
+                     bias=len(node.in_specs) >= 3)]
+
+
 # ---- matrix products ------------------------------------------------------------------------------------------
 
 

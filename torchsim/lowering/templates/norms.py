@@ -31,15 +31,18 @@ SOFTMAX_SMEM_ROW_BYTES = 48 * 1024  # PyTorch keeps a softmax row in shared memo
 L1_ROW_BYTES = 32 * 1024  # a row a CTA re-reads right after reading it still sits in L1 up to about this size
 
 
-def rmsnorm(rows: int, hidden: int, dtype: DType, hw: GpuProfile, *, residual: bool = False) -> KernelGraph:
-    """y = x / rms(x) * w over each of `rows` rows of `hidden`; with `residual`, first x += r and r := x.
+def rmsnorm(rows: int, hidden: int, dtype: DType, hw: GpuProfile, *, residual: bool = False, centered: bool = False,
+            bias: bool = False) -> KernelGraph:
+    """y = x / rms(x) * w over each of `rows` rows of `hidden`; with `residual`, first x += r and r := x. With
+    `centered` it is LayerNorm, y = (x - mean(x)) / std(x) * w (+ b with `bias`): one more block reduction (the
+    mean) and a subtraction per element before the sum of squares, as PyTorch's and vLLM's LayerNorm kernels do.
 
     Follows vLLM's `rms_norm_kernel` / `fused_add_rms_norm_kernel` (csrc/layernorm_kernels.cu): one CTA per token
     of min(hidden, 1024) threads (256 from 256 tokens on, for more CTAs per SM), 128-bit vectorised loads, sum of
     squares by warp shuffles then across warps through shared memory (CUB BlockReduce), rsqrt by one thread, and
     a second pass that re-reads the row (an L1/L2 hit) with the weight to scale and store.
     """
-    kernel = "add_rmsnorm" if residual else "rmsnorm"
+    kernel = ("add_" if residual else "") + ("layernorm" if centered else "rmsnorm")
     check_gpu(kernel, hw)
     check_positive(kernel, rows=rows, hidden=hidden)
     eb = dtype.nbytes
@@ -54,20 +57,28 @@ def rmsnorm(rows: int, hidden: int, dtype: DType, hw: GpuProfile, *, residual: b
             res = w.load("residual", dtype, shape, block(), "ldg_residual")
             src = w.simt(3.0 * r * hidden, "add", (x, res))  # two converts and an add per element
             w.store("residual", dtype, shape, block(), "stg_residual", (src,))
+        if centered:  # the mean first: a sum, a block reduction, then x - mean before the squares
+            total = w.simt(1.0 * r * hidden, "sum", (src,))
+            mean = w.block_reduce("mean", (total,), lanes_per_row=launch.threads // r)
+            src = w.simt(1.0 * r * hidden, "center", (src, mean))
         sq = w.simt(2.0 * r * hidden, "square_sum", (src,))
         red = w.block_reduce("variance", (sq,), lanes_per_row=launch.threads // r)
         rs = w.sfu(r, "rsqrt", (red,))
         again = w.reload("residual" if residual else "X", dtype, shape, block(), "ldg_again",
                          l1_hit=hidden * eb <= L1_ROW_BYTES)
         wt = w.load("weight", dtype, (1, hidden), (aff(), aff()), "ldg_weight")
-        scaled = w.simt(4.0 * r * hidden, "scale", (rs, again, wt))
+        operands: tuple[int, ...] = (rs, again, wt)
+        if bias:
+            operands += (w.load("bias", dtype, (1, hidden), (aff(), aff()), "ldg_bias"),)
+        scaled = w.simt((5.0 if bias else 4.0) * r * hidden, "scale", operands)
         w.store("X" if residual else "Y", dtype, shape, block(), "stg_y", (scaled,))
         return w.build()
 
     tensors = 4 if residual else 2
     return KernelGraph(
-        name=f"{kernel}_{rows}x{hidden}", classes=row_classes(rows, launch, write), flops=4.0 * rows * hidden,
-        dram_bytes=(tensors * rows * hidden + hidden) * eb,
+        name=f"{kernel}_{rows}x{hidden}", classes=row_classes(rows, launch, write),
+        flops=(4.0 + 2.0 * centered + bias) * rows * hidden,
+        dram_bytes=(tensors * rows * hidden + hidden * (1 + bias)) * eb,
         attrs={"template": f"{kernel}/vllm-row", "rows": rows, "hidden": hidden, "dtype": dtype.name.lower(),
                "rows_per_cta": launch.rows_per_cta, "threads": launch.threads},
     )
@@ -120,7 +131,8 @@ def softmax(rows: int, cols: int, dtype: DType, hw: GpuProfile) -> KernelGraph:
 
 
 def _rmsnorm_call(call: KernelCall, hw: Any) -> KernelGraph:
-    return rmsnorm(call.p("rows"), call.p("hidden"), call.dtype, hw, residual=call.kind is KernelKind.ADD_RMSNORM)
+    return rmsnorm(call.p("rows"), call.p("hidden"), call.dtype, hw, residual=call.kind is KernelKind.ADD_RMSNORM,
+                   centered=bool(call.p("centered", False)), bias=bool(call.p("bias", False)))
 
 
 def _softmax_call(call: KernelCall, hw: Any) -> KernelGraph:

@@ -79,9 +79,11 @@ def _silu_mul(call: KernelCall, hw: TensixProfile) -> KernelGraph:
 def _rmsnorm(call: KernelCall, hw: TensixProfile, residual: bool = False) -> KernelGraph:
     r, c = _rows_cols(call, "rows", "hidden")
     ins = [("x", call.dtype, 1.0)] + ([("residual", call.dtype, 1.0)] if residual else [])
-    # x^2, sum over the row (reduce), rsqrt of the row sums, x * scale (bcast), * gamma (+ residual add)
-    work = TileWork(adds=1.0 if residual else 0.0, muls=3.0, reduces=1.0, sfpu=(("rsqrt", 1.0 / c),),
-                    llk_calls=4.0)
+    # x^2, sum over the row (reduce), rsqrt of the row sums, x * scale (bcast), * gamma (+ residual add); LayerNorm
+    # (`centered`): first a row-sum reduce and x - mean (bcast), and + beta with a bias
+    centered, bias = bool(call.p("centered", False)), bool(call.p("bias", False))
+    work = TileWork(adds=float(residual) + centered + bias, muls=3.0, reduces=1.0 + centered,
+                    sfpu=(("rsqrt", 1.0 / c),), llk_calls=4.0 + 2 * centered + bias)
     return stream_kernel("add_rmsnorm" if residual else "rmsnorm", r * c, ins, call.dtype, work, hw,
                          grid=call.p("grid", "") or None, flops=4.0 * call.p("rows") * call.p("hidden"),
                          extra_read_bytes=c * 2048.0)
