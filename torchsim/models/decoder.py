@@ -277,16 +277,18 @@ def step_tokens(batch: int, q_len: int, past_len: int, device: torch.device) -> 
 
 
 def decoder_segments(head: nn.Module, layers: nn.ModuleList, tail: nn.Module, cfg: DecoderConfig, batch: int,
-                     q_len: int, past_len: int, dtype: torch.dtype, device: torch.device) -> list[Segment]:
+                     q_len: int, past_len: int, dtype: torch.dtype, device: torch.device,
+                     rope_dim: int | None = None) -> list[Segment]:
     """(module path, module, example args) of head, each layer and tail, in execution order.
 
     Each segment's first output feeds the next segment's first input: head(tokens, positions) -> (x, cos, sin);
     layer(x, cos, sin, k_cache, v_cache) -> (x, k, v); tail(x) -> next token. This is the protocol
     `torchsim.lowering.capture.capture_model` reads; models.hf_segments serves HF models through it too.
+    `rope_dim`: the rotated dimensions of a head when a family rotates only part of it (default all).
     """
     d = cfg.head_dim_value
     x = torch.zeros(batch, q_len, cfg.hidden_size, dtype=dtype, device=device)
-    cos = torch.zeros(batch, q_len, d, dtype=dtype, device=device)
+    cos = torch.zeros(batch, q_len, rope_dim or d, dtype=dtype, device=device)  # partial rotary: fewer dims
     cache = torch.zeros(batch, cfg.num_key_value_heads, past_len, d, dtype=dtype, device=device)
     segments: list[Segment] = [("head", head, step_tokens(batch, q_len, past_len, device))]
     segments += [(f"layers.{i}", layer, (x, cos, cos, cache, cache)) for i, layer in enumerate(layers)]

@@ -123,5 +123,7 @@ class HFSegmented(nn.Module):
 
     def capture_segments(self, batch: int, q_len: int, past_len: int) -> list[Segment]:
         """(path, module, example args) of head, each layer and tail, on the model's device and dtype."""
+        inv_freq = getattr(self.head.rotary_emb, "inv_freq", None)  # partial rotary (StableLM): fewer dims
+        rope_dim = 2 * inv_freq.numel() if isinstance(inv_freq, torch.Tensor) else None
         return decoder_segments(self.head, self.layers, self.tail, self.config, batch, q_len, past_len, self.dtype,
-                                self._embedding().device)
+                                self._embedding().device, rope_dim)
