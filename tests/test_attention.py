@@ -253,3 +253,23 @@ def test_exp_and_register_accumulator_mma_exclude_each_other_before_blackwell() 
     assert both - max(mma, exp) >= 2000 - 64  # the EXP waits for the MMA's injection, not its latency
     mma, exp, both = _mma_beside_exp("b200")
     assert both - max(mma, exp) < 100
+
+
+def test_fa2_mma_sync_holds_the_datapath_at_the_warp_mma_rate() -> None:
+    """FA2 issues sm80's mma.sync: on A100 that is the tensor rate; on B200 it is the profile's (lower)
+    warp-MMA rate, so the same MMAs occupy the datapath longer; a faster warp-MMA rate is never slower."""
+    shape = AttnShape(1, 2, 2, 256, 1024, 64)
+    a100, b200 = get_profile("a100-sxm"), get_profile("b200")
+    assert _mma_work(attention(shape, a100)) == pytest.approx(shape.flops())
+    scale = b200.tensor_bf16_flop_per_clk_per_sm.value / b200.warp_mma_flop_per_clk_per_sm.value
+    assert scale > 1
+    assert _mma_work(attention(shape, b200, variant=AttnVariant.FA2)) == pytest.approx(scale * shape.flops())
+    assert _mma_work(attention(shape, b200)) == pytest.approx(shape.flops())  # fa4 (tcgen05): unscaled
+    big = AttnShape(1, 32, 32, 2048, 2048, 64)
+    slow = simulate(attention(big, b200, variant=AttnVariant.FA2), b200).time_s
+    fast_hw = replace(b200, warp_mma_flop_per_clk_per_sm=replace(b200.warp_mma_flop_per_clk_per_sm, value=8192))
+    fast = simulate(attention(big, fast_hw, variant=AttnVariant.FA2), fast_hw).time_s
+    assert fast < slow
+    broken = replace(b200, warp_mma_flop_per_clk_per_sm=replace(b200.warp_mma_flop_per_clk_per_sm, value=0))
+    with pytest.raises(ValueError, match="warp_mma_flop_per_clk_per_sm"):
+        attention(shape, broken, variant=AttnVariant.FA2)

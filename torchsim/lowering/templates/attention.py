@@ -27,6 +27,7 @@ from torchsim.lowering.templates.attention_config import (
     datapath_rows,
     default_config,
     kv_blocks,
+    mma_work_scale,
 )
 from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
 from torchsim.lowering.templates.prologue import add_prologue
@@ -85,8 +86,10 @@ def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int, name: str 
     """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask;
     `writer` options (AttnWriter fields) say where its tiles come from and go (split-KV, paged K/V).
     With `hw`, a TMA variant's CTA starts with its prologue (Q, K, V, O tensor maps; a full and an empty
-    mbarrier per K/V stage and one for Q)."""
+    mbarrier per K/V stage and one for Q), and FA2's mma.sync MMAs hold the datapath at `hw`'s warp-MMA rate."""
     b = GraphBuilder(f"{name}/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/{n}blocks/{masked}masked", shape.dtype)
+    if hw is not None:
+        writer.setdefault("mma_scale", mma_work_scale(cfg.variant, hw, shape.dtype))
     w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=cfg.variant is not AttnVariant.FA2, **writer)
     {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4}[cfg.variant](w, cfg, n, masked)
     if hw is not None and w.tma:

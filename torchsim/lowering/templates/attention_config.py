@@ -201,6 +201,19 @@ def datapath_rows(variant: AttnVariant, hw: GpuProfile) -> int:
     return 1 if variant is AttnVariant.FA2 else int(hw.tensor_datapath_rows.value)
 
 
+def mma_work_scale(variant: AttnVariant, hw: GpuProfile, dtype: DType) -> float:
+    """How much longer than at `hw`'s tensor rate the variant's MMAs hold the tensor datapath: FA2 issues
+    sm80's mma.sync, which runs at the profile's warp_mma_flop_per_clk_per_sm on every part (a quarter of
+    tcgen05's rate on sm100); wgmma and tcgen05 run at the tensor rate itself."""
+    if variant is not AttnVariant.FA2:
+        return 1.0
+    warp = float(hw.warp_mma_flop_per_clk_per_sm.value)
+    if warp <= 0:
+        raise ValueError(f"profile {hw.name} has no warp-level MMA rate (warp_mma_flop_per_clk_per_sm = 0), which "
+                         f"attention variant fa2 (mma.sync) needs")
+    return max(1.0, hw.tensor_flop_per_clk_per_sm(dtype) / warp)
+
+
 def kv_blocks(shape: AttnShape, bm: int, bn: int, m: int) -> tuple[int, int]:
     """(KV blocks query block `m` visits, how many of them need masking) for tiles of bm x bn."""
     total = math.ceil(shape.seq_kv / bn)

@@ -40,6 +40,7 @@ class AttnWriter:
     pages: int = 0  # paged K/V: block-table entries the CTA reads first (0: contiguous K/V)
     datapath_rows: int = 1  # MMA rows filling the tensor datapath: shorter MMAs take as long (attention_config)
     tmem_accumulators: bool = False  # sm100: MMA results land in TMEM, not in the issuing warps' registers
+    mma_scale: float = 1.0  # datapath time per FLOP relative to the tensor rate (mma.sync: attention_config)
     _table: int = -1
 
     # -- global tiles -------------------------------------------------------------------------------------
@@ -101,9 +102,10 @@ class AttnWriter:
     # -- compute ------------------------------------------------------------------------------------------
     def mma(self, group: int, m: int, n: int, k: int, name: str, smem_operand_bytes: float = 0.0) -> int:
         """m x n x k MMA; `smem_operand_bytes` are the operands it reads from shared memory. Its work is what it
-        holds the tensor datapath for: m padded up to `datapath_rows`."""
-        return self.b.node(group, Op.MMA, Unit.TENSOR, work=mma_datapath_flop(m, n, k, self.datapath_rows),
-                           name=name, smem_bytes=smem_operand_bytes)
+        holds the tensor datapath for: m padded up to `datapath_rows`, times `mma_scale` for an instruction
+        slower than the tensor rate (mma.sync on sm90/sm100)."""
+        work = mma_datapath_flop(m, n, k, self.datapath_rows) * self.mma_scale
+        return self.b.node(group, Op.MMA, Unit.TENSOR, work=work, name=name, smem_bytes=smem_operand_bytes)
 
     def qk(self, group: int, rows: int, cols: int, name: str, q_in_smem: bool = True) -> int:
         e = self.dtype.nbytes
