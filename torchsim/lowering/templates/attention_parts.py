@@ -137,6 +137,21 @@ class AttnWriter:
             return [fma]
         return [fma, self.b.node(group, Op.EXP, Unit.SFU, work=sfu_share, name=f"exp_{name}")]
 
+    def softmax_chain(self, group: int, rows: int, cols: int, name: str, masked: bool) -> tuple[int, list[int]]:
+        """Online softmax as a compiler emits it from tile code (Triton): the row max (FMNMX, and the mask)
+        must finish before any exp2; then each element streams through FFMA (scale, subtract), MUFU.EX2 and
+        the sum and pack, side by side, with the O rescale. Returns (the row-max node, which reads S; the
+        nodes after which P and the rescaled O are ready)."""
+        elems = rows * cols
+        pre = elems * (1.0 + (MASK_LANE_OPS if masked else 0.0))
+        post = elems * (SOFTMAX_LANE_OPS - 1.0) + rows * self.head_dim_v
+        first = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=pre * FLOP_PER_LANE_OP, name=f"rowmax_{name}")
+        rest = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=post * FLOP_PER_LANE_OP, name=f"softmax_{name}")
+        exp = self.b.node(group, Op.EXP, Unit.SFU, work=elems, name=f"exp_{name}")
+        self.b.data(first, rest)
+        self.b.data(first, exp)
+        return first, [rest, exp]
+
     def normalize(self, group: int, rows: int, name: str) -> int:
         """O / row sum at the end (and the log-sum-exp of each row)."""
         return self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=rows * (self.head_dim_v + 4) * FLOP_PER_LANE_OP,
