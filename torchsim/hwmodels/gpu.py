@@ -386,11 +386,14 @@ h100_sxm = replace(
                                     "0.68 us kernel; agrees with H200's 1.27 us (" + GPU_BENCHES +
                                     " gpu-small-kernels/h200_graph.txt)"),
     # -- warp-level MMA --
-    warp_mma_flop_per_clk_per_sm=assumed(2580, "FLOP/clk/SM", "assumed: 63% of the wgmma peak (4096), the share "
-                                         "of H100's peak kernels reach without wgmma as recalled from Hazy "
-                                         "Research 'GPUs Go Brrr' (hazyresearch.stanford.edu/blog/2024-05-12-tk; "
-                                         "the stored excerpt stops before that sentence); no H100 mma.sync "
-                                         "throughput microbenchmark found"),
+    warp_mma_flop_per_clk_per_sm=measured(2048, "FLOP/clk/SM", "half the wgmma peak: WMMA (HMMA.16816, as "
+                                          "mma.sync) alone 'goes only up to 50% of peak theoretical FP16 compute "
+                                          "throughput of H100' (r/CUDA post 'Since WGMMA has 2x throughput of WMMA "
+                                          "in H100 GPU...', stored page reddit.gpgaming.de/r/CUDA/controversial); "
+                                          "the per-SM rate A100 and B200 have too, and FlashAttention-2 on H100 "
+                                          "(~350 TFLOPS at d=128 in the FlashAttention-3 paper's baselines, as "
+                                          "recalled) is ~70% of it as on those parts. Hazy Research's 'GPUs Go "
+                                          "Brrr' puts the no-wgmma ceiling at ~63% (as recalled; not re-read)"),
 )
 
 h200 = replace(
