@@ -3,8 +3,9 @@
     python benchmarks/validate_attention.py [--quick] [--loso] [--csv PATH]
 
 Each row runs the template of the kernel it names: FlashAttention-3 rows the fa3 template, FlashAttention-4
-rows fa4, FlashAttention-2 rows (also the sm80 code path on Blackwell) fa2; Triton's tutorial kernel (an
-FA2-style kernel with no warp specialisation) runs on the fa2 structure as a proxy. FlashMLA rows are peaks
+rows fa4, FlashAttention-2 rows (also the sm80 code path on Blackwell, where its mma.sync runs at the
+profile's warp-MMA rate) fa2; Triton's tutorial kernel runs the triton template (its sm90 lowering: wgmma in
+every warp group, cp.async loads, no warp specialisation). FlashMLA rows are peaks
 "over a sweep": they are compared with the best of a small sweep of FlashMLA decoding shapes (an envelope,
 reported in its own group, not calibrated). Rows we do not model (sparse MLA, Tensix, peaks over unstated sweeps)
 are listed as skipped. The predicted device time goes through the row's timing method (torchsim/validation/

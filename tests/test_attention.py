@@ -253,3 +253,54 @@ def test_exp_and_register_accumulator_mma_exclude_each_other_before_blackwell() 
     assert both - max(mma, exp) >= 2000 - 64  # the EXP waits for the MMA's injection, not its latency
     mma, exp, both = _mma_beside_exp("b200")
     assert both - max(mma, exp) < 100
+
+
+def test_fa2_mma_sync_holds_the_datapath_at_the_warp_mma_rate() -> None:
+    """FA2 issues sm80's mma.sync: on A100 that is the tensor rate; on B200 it is the profile's (lower)
+    warp-MMA rate, so the same MMAs occupy the datapath longer; a faster warp-MMA rate is never slower."""
+    shape = AttnShape(1, 2, 2, 256, 1024, 64)
+    a100, b200 = get_profile("a100-sxm"), get_profile("b200")
+    assert _mma_work(attention(shape, a100)) == pytest.approx(shape.flops())
+    scale = b200.tensor_bf16_flop_per_clk_per_sm.value / b200.warp_mma_flop_per_clk_per_sm.value
+    assert scale > 1
+    assert _mma_work(attention(shape, b200, variant=AttnVariant.FA2)) == pytest.approx(scale * shape.flops())
+    assert _mma_work(attention(shape, b200)) == pytest.approx(shape.flops())  # fa4 (tcgen05): unscaled
+    big = AttnShape(1, 32, 32, 2048, 2048, 64)
+    slow = simulate(attention(big, b200, variant=AttnVariant.FA2), b200).time_s
+    fast_hw = replace(b200, warp_mma_flop_per_clk_per_sm=replace(b200.warp_mma_flop_per_clk_per_sm, value=8192))
+    fast = simulate(attention(big, fast_hw, variant=AttnVariant.FA2), fast_hw).time_s
+    assert fast < slow
+    broken = replace(b200, warp_mma_flop_per_clk_per_sm=replace(b200.warp_mma_flop_per_clk_per_sm, value=0))
+    with pytest.raises(ValueError, match="warp_mma_flop_per_clk_per_sm"):
+        attention(shape, broken, variant=AttnVariant.FA2)
+
+
+def test_triton_runs_wgmma_in_every_warp_group_with_cp_async_loads_on_hopper() -> None:
+    """Triton's tutorial kernel on sm90: wgmma (tensor rate, no mma.sync scaling), loads issued by the same
+    warp groups that compute (cp.async on the LD/ST unit, no TMA), every group stepping through the K/V ring."""
+    hw = get_profile("h100-sxm")
+    shape = AttnShape(1, 2, 2, 256, 1024, 128)
+    kg = attention(shape, hw, variant=AttnVariant.TRITON)
+    assert kg.attrs["template"] == "attention/triton"
+    assert _mma_work(kg) == pytest.approx(shape.flops())
+    g = kg.classes[0].graph
+    loads = [i for i in range(g.num_nodes) if g.op[i] == Op.CP_ASYNC]
+    assert loads and not any(g.unit[i] == Unit.TMA for i in range(g.num_nodes))
+    assert {g.group[i] for i in loads} == {g.group[i] for i in range(g.num_nodes) if g.op[i] == Op.MMA}
+    cfg = default_config(shape, hw, AttnVariant.TRITON)
+    assert kg.classes[0].threads == 32 * cfg.warps
+    assert simulate(kg, hw).time_s >= roofline_s(kg, hw)
+    for name in ("a100-sxm", "b200"):
+        with pytest.raises(ValueError, match="triton"):
+            attention(shape, get_profile(name), variant=AttnVariant.TRITON)
+
+
+def test_triton_warp_groups_meet_at_a_barrier_every_iteration() -> None:
+    """The K/V ring is shared by all warps: no group issues S_j before every group issued P_(j-1) V_(j-1)."""
+    g = attention(AttnShape(1, 1, 1, 128, 512, 128), get_profile("h100-sxm"), variant=AttnVariant.TRITON
+                  ).classes[0].graph
+    idx = {n: i for i, n in enumerate(g.node_names)}
+    order = {(s, d) for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind) if k == Edge.ORDER}
+    assert (idx["pv1[0]"], idx["qk0[1]"]) in order and (idx["pv0[0]"], idx["qk1[1]"]) in order
+    data = {(s, d) for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind) if k == Edge.DATA}
+    assert (idx["rowmax_0[1]"], idx["exp_0[1]"]) in data  # exp2 waits for the row max

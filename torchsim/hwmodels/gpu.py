@@ -102,6 +102,12 @@ class GpuProfile:
     dram_pj_per_byte: Quantity  # HBM access + PHY energy per byte crossing the DRAM interface
     l2_pj_per_byte: Quantity  # L2 read/write energy per byte served
     simt_pj_per_op: Quantity  # one lane operation of the FMA pipe or the SFU
+    # -- warp-level MMA (torchsim issue 12, attention fidelity) -------------------------------------------
+    # The rate of the sm80 instruction mma.sync (HMMA m16n8k16, bf16/fp16 in, FP32 accumulate) on this part:
+    # a kernel compiled for sm80 (FlashAttention-2) issues it on every later GPU, where it need not reach the
+    # wgmma/tcgen05 rate of the tensor_*_flop_per_clk_per_sm fields. Templates issuing mma.sync scale their
+    # MMA work by tensor rate / this rate (the time the instruction holds the tensor datapath).
+    warp_mma_flop_per_clk_per_sm: Quantity
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -302,6 +308,11 @@ a100_sxm = GpuProfile(
     l2_pj_per_byte=assumed(8, "pJ/B", "assumed: RTX 3090 (8N) effective L2 increment 10.8 pJ/B (find_string id "
                            "55788419707 in " + POWER_NOTES + " §4), ~0.75x for TSMC N7"),
     simt_pj_per_op=assumed(7, "pJ/op", "assumed: 4N's ~5 pJ per FMA lane-op (see H100) x1.4 for N7"),
+    # -- warp-level MMA --
+    warp_mma_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", fact(A100, "tensor.mma_instruction_shapes") +
+                                         ": mma.sync is sm80's tensor instruction, so its rate is the dense "
+                                         "peak (" + fact(A100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm") +
+                                         ")"),
 )
 
 h100_sxm = replace(
@@ -374,6 +385,15 @@ h100_sxm = replace(
                                     "at mlops.substack.com/p/one-megakernel-to-rule-llama-1b) less the simulated "
                                     "0.68 us kernel; agrees with H200's 1.27 us (" + GPU_BENCHES +
                                     " gpu-small-kernels/h200_graph.txt)"),
+    # -- warp-level MMA --
+    warp_mma_flop_per_clk_per_sm=measured(2048, "FLOP/clk/SM", "half the wgmma peak: WMMA (HMMA.16816, as "
+                                          "mma.sync) alone 'goes only up to 50% of peak theoretical FP16 compute "
+                                          "throughput of H100' (r/CUDA post 'Since WGMMA has 2x throughput of WMMA "
+                                          "in H100 GPU...', stored page reddit.gpgaming.de/r/CUDA/controversial); "
+                                          "the per-SM rate A100 and B200 have too, and FlashAttention-2 on H100 "
+                                          "(~350 TFLOPS at d=128 in the FlashAttention-3 paper's baselines, as "
+                                          "recalled) is ~70% of it as on those parts. Hazy Research's 'GPUs Go "
+                                          "Brrr' puts the no-wgmma ceiling at ~63% (as recalled; not re-read)"),
 )
 
 h200 = replace(
@@ -478,6 +498,19 @@ b200 = replace(
                               "lessons', implies more, ~4.3 us, but includes the synchronisation)"),
     graph_launch_overhead_s=assumed(0.60e-6, "s", "assumed: H200's gap under CUDA graphs (no B200 back-to-back "
                                     "data; the same blog's graph replay implies ~1.8 us including the sync)"),
+    # -- warp-level MMA: sm80's mma.sync on sm100 is not tcgen05; it issues one HMMA.16816 (4096 FLOP) per
+    # sub-partition every ~8 cycles, A100's per-SM rate and a quarter of tcgen05's --
+    warp_mma_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", "4 sub-partitions x 4096 FLOP per HMMA.16816 / 8 "
+                                         "cycles: mma.sync microbenchmarks on sm100 in the stored corpus -- a "
+                                         "GB200 MMA emitter's notes, 'one issued every 8' cycles, 8.17 cycles per "
+                                         "HMMA with eight independent accumulator chains per scheduler "
+                                         "(find_string id 66483417908), and a B200 mma.sync benchmark log, "
+                                         "'independent chains reach about 8.5 cycles per HMMA per SMSP' "
+                                         "(find_string id 70564832306); cross-check: FlashAttention-2 (mma.sync) "
+                                         "forward peaks at 381 TFLOPS at d=64 (published_dev.csv ATTN-028) and "
+                                         "362 at d=128 (meta-pytorch/tritonbench PR #171) on B200, ~68% of this "
+                                         "rate, as FA2 reaches ~70% of A100's (Dao-AILab/flash-attention issue "
+                                         "#1059)"),
 )
 
 GPU_PROFILES: dict[str, GpuProfile] = {p.name: p for p in (a100_sxm, h100_sxm, h200, b200)}

@@ -126,7 +126,7 @@ def variant_of(r: Row) -> tuple[AttnVariant, str] | None:
     if "flashattention-3" in w:
         return AttnVariant.FA3, "fa3"
     if "triton" in w:
-        return AttnVariant.FA2, "triton (fa2 proxy)"
+        return AttnVariant.TRITON, "triton"
     if "flashattention-2" in w:
         return AttnVariant.FA2, "fa2"
     return None

@@ -1,4 +1,5 @@
-"""Attention prefill templates: FlashAttention-2 (sm80), -3 (sm90) and -4 (sm100), one builder.
+"""Attention prefill templates: FlashAttention-2 (sm80), -3 (sm90), -4 (sm100) and Triton's tutorial kernel
+(sm90), one builder.
 
 `attention(shape, hw, cfg)` lays out one CTA per (batch, query head, query block), query blocks fastest so
 the CTAs sharing a K/V head run together (L2 reuse). Under causal masking CTAs visit different numbers of
@@ -27,6 +28,7 @@ from torchsim.lowering.templates.attention_config import (
     datapath_rows,
     default_config,
     kv_blocks,
+    mma_work_scale,
 )
 from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
 from torchsim.lowering.templates.prologue import add_prologue
@@ -63,7 +65,7 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
 
 
 def threads(cfg: AttnConfig) -> int:
-    if cfg.variant is AttnVariant.FA2:
+    if cfg.variant in (AttnVariant.FA2, AttnVariant.TRITON):
         return 32 * cfg.warps
     if cfg.variant is AttnVariant.FA3:
         return 128 * (1 + cfg.consumers)
@@ -85,10 +87,14 @@ def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int, name: str 
     """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask;
     `writer` options (AttnWriter fields) say where its tiles come from and go (split-KV, paged K/V).
     With `hw`, a TMA variant's CTA starts with its prologue (Q, K, V, O tensor maps; a full and an empty
-    mbarrier per K/V stage and one for Q)."""
+    mbarrier per K/V stage and one for Q), and FA2's mma.sync MMAs hold the datapath at `hw`'s warp-MMA rate."""
     b = GraphBuilder(f"{name}/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/{n}blocks/{masked}masked", shape.dtype)
-    w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=cfg.variant is not AttnVariant.FA2, **writer)
-    {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4}[cfg.variant](w, cfg, n, masked)
+    if hw is not None:
+        writer.setdefault("mma_scale", mma_work_scale(cfg.variant, hw, shape.dtype))
+    tma = cfg.variant not in (AttnVariant.FA2, AttnVariant.TRITON)
+    w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=tma, **writer)
+    {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4,
+     AttnVariant.TRITON: _triton}[cfg.variant](w, cfg, n, masked)
     if hw is not None and w.tma:
         add_prologue(b, hw, 0, tensormaps=4, barriers=2 * cfg.stages + 1)
     return b.build()
@@ -128,6 +134,63 @@ def _fa2(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     norm = w.normalize(warps, bm, "normalize")
     link(b, [prev_pv, q], norm)
     b.data(norm, w.store_o(warps, bm, aff(m=1), "store_O", via_smem=True)[0])
+
+
+def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
+    """Triton's fused-attention tutorial (06-fused-attention.py, `_attn_fwd`) as Triton lowers it on sm90:
+    tl.dot becomes wgmma, so warp group g of the CTA owns rows g*bm/groups.. and issues its own MMAs from
+    shared-memory operands (Q resident, K; P from registers); every warp also issues the cp.async loads of its
+    share of each K/V tile, `stages`-1 tiles ahead into a `stages`-deep ring (Triton's software pipeliner).
+    No warp specialisation and no ping-pong: in each warp group S_j = Q K_j^T, its softmax (row max first,
+    then exp2 beside the FMA work) and O += P_j V_j follow in program order (S_(j+1) may issue while P_j V_j
+    still runs). Every iteration starts with cp.async.wait and a CTA barrier (the ring is shared by all
+    warps), so no group issues S_j before every group issued P_(j-1) V_(j-1): the groups run in step and
+    their softmaxes coincide instead of hiding under each other's MMAs. A ring slot is refilled once every
+    group's MMA that read it completed. O is written with ordinary stores after a layout change through
+    shared memory."""
+    b = w.b
+    groups = cfg.warp_groups
+    rows = cfg.bm // groups
+    wgs = [b.group(f"warpgroup{g}", 4 * g, 4, role="cp.async+wgmma+softmax") for g in range(groups)]
+    bn, e = cfg.bn, w.dtype.nbytes
+    part = -(-bn // groups)  # rows of each K/V tile one warp group loads
+    qs = [w.load_q(wg, rows, aff(g, m=groups), f"load_Q{g}") for g, wg in enumerate(wgs)]
+    ks: dict[int, list[int]] = {}
+    vs: dict[int, list[int]] = {}
+    qk: dict[tuple[int, int], int] = {}
+    pv: dict[tuple[int, int], int] = {}
+
+    def load(j: int) -> None:
+        ks[j], vs[j] = [], []
+        for g, wg in enumerate(wgs):
+            for which, out in (("K", ks[j]), ("V", vs[j])):
+                t = TileDesc(Space.GLOBAL, w.dtype, (1, 1, part, w.head_dim if which == "K" else w.head_dim_v),
+                             which, (aff(b=1), aff(**{w.kv_head: 1}), aff(groups * (n - 1 - j) + g), aff()))
+                out.append(b.node(wg, Op.CP_ASYNC, Unit.LDST, work=t.nbytes, tile=t, name=f"load_{which}{g}[{j}]"))
+            if j >= cfg.stages:  # the slot held tile j - stages: every group's MMA on it has completed
+                link(b, [qk[c, j - cfg.stages] for c in range(groups)], ks[j][-1])
+                link(b, [pv[c, j - cfg.stages] for c in range(groups)], vs[j][-1])
+
+    for j in range(min(n, cfg.stages - 1)):  # prologue: the pipeliner's first stages-1 tiles
+        load(j)
+    for i in range(n):
+        if i + cfg.stages - 1 < n:
+            load(i + cfg.stages - 1)
+        for g, wg in enumerate(wgs):
+            qk[g, i] = w.mma(wg, rows, bn, w.head_dim, f"qk{g}[{i}]", (rows + bn) * w.head_dim * e)
+            link(b, [*ks[i], qs[g] if i == 0 else -1], qk[g, i])
+            for c in range(groups):  # the CTA barrier after cp.async.wait: every warp reached iteration i
+                if (c, i - 1) in pv:
+                    b.order(pv[c, i - 1], qk[g, i])
+            first, sm = w.softmax_chain(wg, rows, bn, f"{g}[{i}]", masked=i < masked)
+            link(b, qk[g, i], first)
+            link(b, pv.get((g, i - 1), -1), sm)  # acc * alpha needs the previous P V accumulated
+            pv[g, i] = w.pv(wg, rows, bn, f"pv{g}[{i}]")
+            link(b, [*vs[i], *sm], pv[g, i])
+    for g, wg in enumerate(wgs):
+        norm = w.normalize(wg, rows, f"normalize{g}")
+        link(b, [pv[g, n - 1] if n else qs[g]], norm)
+        b.data(norm, w.store_o(wg, rows, aff(g, m=groups), f"store_O{g}", via_smem=True)[0])
 
 
 def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:

@@ -30,6 +30,8 @@ class AttnVariant(Enum):
     FA2 = "fa2"  # sm80: all warps load (cp.async) and compute, each warp owns a slice of the Q rows
     FA3 = "fa3"  # sm90: TMA producer warp group + ping-ponging wgmma consumer warp groups
     FA4 = "fa4"  # sm100: TMA warp, tcgen05 MMA warp, 2 softmax warp groups, correction warp group, TMEM
+    TRITON = "triton"  # Triton's fused-attention tutorial on sm90: every warp loads (cp.async) and computes
+    # (wgmma, softmax); no warp specialisation, no ping-pong; a `stages`-deep K/V ring filled stages-1 ahead
 
     @classmethod
     def parse(cls, name: str) -> AttnVariant:
@@ -45,11 +47,14 @@ VARIANT_ARCHS = {
     AttnVariant.FA2: (Arch.SM80, Arch.SM90, Arch.SM100),
     AttnVariant.FA3: (Arch.SM90, Arch.SM100),
     AttnVariant.FA4: (Arch.SM100,),
+    AttnVariant.TRITON: (Arch.SM90,),  # Triton lowers tl.dot to wgmma on sm90 only (mma.sync before, tcgen05 after)
 }
 VARIANT_NEEDS = {AttnVariant.FA2: "cp.async and mma.sync (sm80+)", AttnVariant.FA3: "TMA and wgmma (sm90+)",
-                 AttnVariant.FA4: "tcgen05 and TMEM (sm100)"}
+                 AttnVariant.FA4: "tcgen05 and TMEM (sm100)",
+                 AttnVariant.TRITON: "the sm90 wgmma lowering of Triton's tutorial kernel (modelled on sm90 only)"}
 # FA4 keeps S (2 x 128 columns) and O (2 x head_dim columns) of two Q tiles in TMEM's 512 columns.
-HEAD_DIMS = {AttnVariant.FA2: (64, 128, 256), AttnVariant.FA3: (64, 128, 256), AttnVariant.FA4: (64, 128)}
+HEAD_DIMS = {AttnVariant.FA2: (64, 128, 256), AttnVariant.FA3: (64, 128, 256), AttnVariant.FA4: (64, 128),
+             AttnVariant.TRITON: (64, 128, 256)}
 DEFAULT_VARIANT = {Arch.SM80: AttnVariant.FA2, Arch.SM90: AttnVariant.FA3, Arch.SM100: AttnVariant.FA4}
 
 
@@ -144,10 +149,21 @@ class AttnConfig:
             raise ValueError(f"fa3 splits bm over 64-row consumer warp groups; bm={self.bm} is not a multiple of 64")
         if self.variant is AttnVariant.FA4 and self.bm != 256:
             raise ValueError(f"fa4 processes two 128-row Q tiles per CTA (bm=256), got bm={self.bm}")
+        if self.variant is AttnVariant.TRITON and (self.warps % 4 or (self.bm * 4 // self.warps) % 64
+                                                   or self.bm * 4 % self.warps):
+            raise ValueError(f"triton splits bm over warp groups of 4 warps, each a multiple of 64 rows (wgmma M); "
+                             f"bm={self.bm} with warps={self.warps} does not")
+        if self.variant is AttnVariant.TRITON and self.stages < 2:
+            raise ValueError(f"triton's software pipeline needs stages >= 2, got {self.stages}")
 
     @property
     def consumers(self) -> int:
         return self.bm // 64
+
+    @property
+    def warp_groups(self) -> int:
+        """Triton: warp groups of the CTA, each owning bm / warp_groups query rows."""
+        return self.warps // 4
 
 
 def check_variant(variant: AttnVariant, shape: AttnShape, hw: GpuProfile) -> None:
@@ -163,7 +179,7 @@ def check_variant(variant: AttnVariant, shape: AttnShape, hw: GpuProfile) -> Non
         hint = f"; variants that support it on {hw.name}: {', '.join(other)}" if other else ""
         raise ValueError(f"head_dim={shape.head_dim} is not supported by attention variant {variant.value} on "
                          f"{hw.name}; valid head dims: {', '.join(map(str, dims))}{hint}")
-    if shape.dtype.is_fp8 and (variant is AttnVariant.FA2 or not hw.supports(shape.dtype)):
+    if shape.dtype.is_fp8 and (variant in (AttnVariant.FA2, AttnVariant.TRITON) or not hw.supports(shape.dtype)):
         raise ValueError(f"attention dtype fp8 needs FP8 tensor cores and the fa3/fa4 kernels; {variant.value} on "
                          f"{hw.name} runs bf16 or fp16")
 
@@ -190,6 +206,15 @@ def default_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None
             bm, bn = 128, (128 if fp8 else 80)
         regs = 128 if bm // 64 >= 3 else 168
         return AttnConfig(v, bm, bn, 2, regs_per_thread=regs)
+    if v is AttnVariant.TRITON:
+        # The tutorial autotunes BLOCK_M in {64, 128}, BLOCK_N in {64, 128} (BLOCK_N <= head dim), num_stages in
+        # {3, 4, 7}, num_warps in {4, 8}, dropping 8 warps below 128 x 128 tiles; which config wins is not
+        # recorded, so the largest tiles whose 3-stage K/V ring fits shared memory are taken (assumed).
+        if d <= 64:
+            return AttnConfig(v, 128, 64, 3, 4, regs_per_thread=255)
+        if d <= 128:
+            return AttnConfig(v, 128, 128, 3, 8, regs_per_thread=255)
+        return AttnConfig(v, 64, 64, 3, 4, regs_per_thread=255)
     # FA4 (flash_attn/cute, sm100 forward): two 128-row Q tiles, 128-key blocks, 3-slot K/V ring
     return AttnConfig(v, 256, 128, 3, exp_poly_fraction=0.25, rescale_fraction=0.125, regs_per_thread=128)
 
@@ -199,6 +224,19 @@ def datapath_rows(variant: AttnVariant, hw: GpuProfile) -> int:
     multiples of its 16 rows everywhere; wgmma and tcgen05 use the profile's figure (an M=64 tcgen05 MMA holds
     the sm100 datapath as long as M=128)."""
     return 1 if variant is AttnVariant.FA2 else int(hw.tensor_datapath_rows.value)
+
+
+def mma_work_scale(variant: AttnVariant, hw: GpuProfile, dtype: DType) -> float:
+    """How much longer than at `hw`'s tensor rate the variant's MMAs hold the tensor datapath: FA2 issues
+    sm80's mma.sync, which runs at the profile's warp_mma_flop_per_clk_per_sm on every part (a quarter of
+    tcgen05's rate on sm100); wgmma and tcgen05 run at the tensor rate itself."""
+    if variant is not AttnVariant.FA2:
+        return 1.0
+    warp = float(hw.warp_mma_flop_per_clk_per_sm.value)
+    if warp <= 0:
+        raise ValueError(f"profile {hw.name} has no warp-level MMA rate (warp_mma_flop_per_clk_per_sm = 0), which "
+                         f"attention variant fa2 (mma.sync) needs")
+    return max(1.0, hw.tensor_flop_per_clk_per_sm(dtype) / warp)
 
 
 def kv_blocks(shape: AttnShape, bm: int, bn: int, m: int) -> tuple[int, int]:

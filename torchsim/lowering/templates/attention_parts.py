@@ -40,6 +40,7 @@ class AttnWriter:
     pages: int = 0  # paged K/V: block-table entries the CTA reads first (0: contiguous K/V)
     datapath_rows: int = 1  # MMA rows filling the tensor datapath: shorter MMAs take as long (attention_config)
     tmem_accumulators: bool = False  # sm100: MMA results land in TMEM, not in the issuing warps' registers
+    mma_scale: float = 1.0  # datapath time per FLOP relative to the tensor rate (mma.sync: attention_config)
     _table: int = -1
 
     # -- global tiles -------------------------------------------------------------------------------------
@@ -101,9 +102,10 @@ class AttnWriter:
     # -- compute ------------------------------------------------------------------------------------------
     def mma(self, group: int, m: int, n: int, k: int, name: str, smem_operand_bytes: float = 0.0) -> int:
         """m x n x k MMA; `smem_operand_bytes` are the operands it reads from shared memory. Its work is what it
-        holds the tensor datapath for: m padded up to `datapath_rows`."""
-        return self.b.node(group, Op.MMA, Unit.TENSOR, work=mma_datapath_flop(m, n, k, self.datapath_rows),
-                           name=name, smem_bytes=smem_operand_bytes)
+        holds the tensor datapath for: m padded up to `datapath_rows`, times `mma_scale` for an instruction
+        slower than the tensor rate (mma.sync on sm90/sm100)."""
+        work = mma_datapath_flop(m, n, k, self.datapath_rows) * self.mma_scale
+        return self.b.node(group, Op.MMA, Unit.TENSOR, work=work, name=name, smem_bytes=smem_operand_bytes)
 
     def qk(self, group: int, rows: int, cols: int, name: str, q_in_smem: bool = True) -> int:
         e = self.dtype.nbytes
@@ -134,6 +136,21 @@ class AttnWriter:
         if sfu_share <= 0:
             return [fma]
         return [fma, self.b.node(group, Op.EXP, Unit.SFU, work=sfu_share, name=f"exp_{name}")]
+
+    def softmax_chain(self, group: int, rows: int, cols: int, name: str, masked: bool) -> tuple[int, list[int]]:
+        """Online softmax as a compiler emits it from tile code (Triton): the row max (FMNMX, and the mask)
+        must finish before any exp2; then each element streams through FFMA (scale, subtract), MUFU.EX2 and
+        the sum and pack, side by side, with the O rescale. Returns (the row-max node, which reads S; the
+        nodes after which P and the rescaled O are ready)."""
+        elems = rows * cols
+        pre = elems * (1.0 + (MASK_LANE_OPS if masked else 0.0))
+        post = elems * (SOFTMAX_LANE_OPS - 1.0) + rows * self.head_dim_v
+        first = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=pre * FLOP_PER_LANE_OP, name=f"rowmax_{name}")
+        rest = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=post * FLOP_PER_LANE_OP, name=f"softmax_{name}")
+        exp = self.b.node(group, Op.EXP, Unit.SFU, work=elems, name=f"exp_{name}")
+        self.b.data(first, rest)
+        self.b.data(first, exp)
+        return first, [rest, exp]
 
     def normalize(self, group: int, rows: int, name: str) -> int:
         """O / row sum at the end (and the log-sum-exp of each row)."""

@@ -61,7 +61,7 @@ def split_heuristic(ctas: int, slots: int, n_blocks: int, max_splits: int = MAX_
 def decode_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None, page_size: int) -> AttnConfig:
     """The split kernel's tiles: 64 packed query rows per CTA (128 when a tile of queries fills them),
     FlashAttention's K/V block for the head dim; paged K/V smaller than a block uses 128-key blocks."""
-    if variant is AttnVariant.FA4:
+    if variant in (AttnVariant.FA4, AttnVariant.TRITON):
         raise ValueError("Flash-Decoding follows the fa2 (sm80) or fa3 (sm90+) split-KV kernels; valid variants: "
                          "fa2, fa3")
     v = variant or (AttnVariant.FA2 if hw.arch is Arch.SM80 else AttnVariant.FA3)
