@@ -4,7 +4,9 @@ Reads ../shared/validation/published_dev.csv: the GEMM rows (tt-metal GEMM_FLOPS
 read-bandwidth microbenchmark rows, plus held-out rows of the same report that are not in that file (HELD_OUT),
 predicts each with torchsim and prints a table and MAPE per group and per timing method: device time against the
 report's device-profiler utilisation, host-visible time (launch.py `host_visible_s`) against its host timing.
-No Tensix number is fitted to these rows, so the in-sample and held-out figures are both out-of-sample.
+Out-of-box rows run on ttnn's own program-config selection (the template's default), manually tuned rows on the
+config tt-metal's benchmark sets for their shape (MANUAL_8x8). No Tensix number is fitted to these rows, so the
+in-sample and held-out figures are both out-of-sample (a leave-one-source-out split would print the same).
 Usage: python benchmarks/validate_tensix.py [--quick] [--no-held-out] [--csv PATH]
 """
 
