@@ -4,7 +4,9 @@ Reads ../shared/validation/published_dev.csv: the GEMM rows (tt-metal GEMM_FLOPS
 read-bandwidth microbenchmark rows, plus held-out rows of the same report that are not in that file (HELD_OUT),
 predicts each with torchsim and prints a table and MAPE per group and per timing method: device time against the
 report's device-profiler utilisation, host-visible time (launch.py `host_visible_s`) against its host timing.
-No Tensix number is fitted to these rows, so the in-sample and held-out figures are both out-of-sample.
+Out-of-box rows run on ttnn's own program-config selection (the template's default), manually tuned rows on the
+config tt-metal's benchmark sets for their shape (MANUAL_8x8). No Tensix number is fitted to these rows, so the
+in-sample and held-out figures are both out-of-sample (a leave-one-source-out split would print the same).
 Usage: python benchmarks/validate_tensix.py [--quick] [--no-held-out] [--csv PATH]
 """
 
@@ -26,7 +28,7 @@ from torchsim.hwmodels.tensix.formats import MathFidelity
 from torchsim.hwmodels.tensix.launch import TimingMethod, host_visible_s
 from torchsim.hwmodels.tensix.noc import NocId
 from torchsim.hwmodels.tensix.profiles import TensixProfile
-from torchsim.lowering.templates.tensix.matmul import matmul
+from torchsim.lowering.templates.tensix.matmul import SUBBLOCK_HW_CHOICES, MatmulConfig, matmul
 from torchsim.sim import simulate
 
 CSV = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "published_dev.csv"
@@ -68,6 +70,45 @@ HELD_OUT = [
 ]
 
 
+# The manually tuned program configs of GEMM_FLOPS.md's N150 tables: tt-metal tests/ttnn/unit_tests/benchmarks/
+# test_benchmark.py (test_matmul_2d_host_perf, the version whose matmul_shapes carry (m, k, n, in0_sharded,
+# out_sharded, in0_block_w_div, num_out_blocks_h, num_out_blocks_w); its 16384^3 bf16 entry is (4, 8, 8)).
+# (m, k, n, dtype) -> (in0_sharded, in0_block_w_div, num_out_blocks_h, num_out_blocks_w). Shapes the file does
+# not list (3328x2560x2560, the P150 tables) run on ttnn's own selection.
+MANUAL_8x8 = {
+    **{(m, k, n, "BFLOAT16"): (True, d, 1, 1) for m, k, n, d in (
+        (512, 512, 512, 1), (512, 1024, 1024, 1), (512, 1024, 2048, 1), (1024, 1024, 1024, 1),
+        (1024, 1024, 2048, 1), (1024, 2048, 2048, 1), (2048, 2048, 2048, 1), (2048, 2048, 3072, 1),
+        (2048, 3072, 3072, 2), (3072, 3072, 3072, 4))},
+    (3072, 3072, 4096, "BFLOAT16"): (False, 2, 1, 1), (3072, 4096, 4096, "BFLOAT16"): (False, 2, 1, 1),
+    (4096, 4096, 4096, "BFLOAT16"): (False, 1, 2, 2), (8192, 8192, 8192, "BFLOAT16"): (False, 2, 4, 4),
+    (16384, 16384, 16384, "BFLOAT16"): (False, 4, 8, 8),
+    (4096, 4096, 4096, "BFLOAT8_B"): (False, 1, 2, 2), (8192, 8192, 8192, "BFLOAT8_B"): (False, 2, 4, 4),
+    (16384, 16384, 16384, "BFLOAT8_B"): (False, 4, 8, 8),
+    (8192, 8192, 8192, "BFLOAT4_B"): (False, 2, 2, 2), (16384, 16384, 16384, "BFLOAT4_B"): (False, 4, 4, 4),
+}
+
+
+def manual_config(c: GemmCase) -> MatmulConfig | None:
+    """The benchmark's program config for a manually tuned row (test_benchmark.py's arithmetic: in0_block_w =
+    K / 32 / grid_x / in0_block_w_div, per_core = M / 32 / grid_y x N / 32 / grid_x, out blocks = per_core /
+    num_out_blocks, subblock = its get_subblock_sizes: the first SUBBLOCK_HW_CHOICES entry dividing the out
+    block, h = 1 when the output is sharded). In0 sharded in L1 is not modelled: such rows read it from DRAM."""
+    if not c.manual:
+        return None
+    entry = MANUAL_8x8.get((c.m, c.k, c.n, c.dtype)) if c.grid == (8, 8) else None
+    if entry is None:
+        return None
+    sharded, div, nbh, nbw = entry
+    gx, gy = c.grid
+    pm, pn, bw = c.m // gy // 32, c.n // gx // 32, c.k // gx // 32 // div
+    obh, obw = pm // nbh, pn // nbw
+    sh, sw = next(((h, w) for h, w in SUBBLOCK_HW_CHOICES if obh % h == 0 and obw % w == 0
+                   and not (sharded and h != 1)), (1, 1))
+    return MatmulConfig((gx, gy), pm, pn, bw, sh, sw, "row", "col", obh, obw,
+                        "GEMM_FLOPS manual (test_benchmark.py)")
+
+
 def _profile(hardware: str, grid: tuple[int, int]) -> TensixProfile:
     """The profile of the grid the row's source used: GEMM_FLOPS.md's P150 tables say '13x10 grid' (firmware
     before v19.5.0, 140 Tensix) or '11x10 grid' (v19.5.0, 120 Tensix); the N150 tables ran on the 8x8 grid."""
@@ -93,6 +134,7 @@ class GemmCase:
     host_s: float  # measured host-visible time per op
     device_util: float  # measured device-based utilisation (0..1)
     held_out: bool
+    manual: bool = False  # a 'Manually Tuned' table row: the benchmark set the program config
 
 
 def _csv_cases(rows: list[dict[str, str]]) -> list[GemmCase]:
@@ -105,7 +147,8 @@ def _csv_cases(rows: list[dict[str, str]]) -> list[GemmCase]:
         host_ns = float(re.search(r"inference_time_avg=([\d.]+) ns", r["notes"]).group(1))  # type: ignore[union-attr]
         util = float(re.search(r"device-based util ([\d.]+)%", r["notes"]).group(1)) / 100  # type: ignore[union-attr]
         out.append(GemmCase(r["id"], r["hardware"], p["M"], p["K"], p["N"], r["dtype"].split()[0],
-                            p["math_fidelity"], grid, bool(p["use_trace"]), host_ns * 1e-9, util, False))  # type: ignore[arg-type]
+                            p["math_fidelity"], grid, bool(p["use_trace"]), host_ns * 1e-9, util, False,  # type: ignore[arg-type]
+                            "manually tuned" in r["workload"]))
     return out
 
 
@@ -114,7 +157,8 @@ def _held_out_cases() -> list[GemmCase]:
     for i, (m, k, n, dt, fid, host_ns, util, table) in enumerate(HELD_OUT):
         hw = "Wormhole n150" if table.startswith("N150") else "Blackhole p150"
         grid = (8, 8) if hw.startswith("Wormhole") else (11, 10)
-        out.append(GemmCase(f"HOLD-{i + 1:02d}", hw, m, k, n, dt, fid, grid, True, host_ns * 1e-9, util / 100, True))
+        out.append(GemmCase(f"HOLD-{i + 1:02d}", hw, m, k, n, dt, fid, grid, True, host_ns * 1e-9, util / 100, True,
+                            "Manually" in table))
     return out
 
 
@@ -136,7 +180,7 @@ def gemm_rows(rows: list[dict[str, str]], quick: bool, held_out: bool = True) ->
         dt = DTYPES[c.dtype]
         fid = MathFidelity.parse(c.fidelity)
         hw = _profile(c.hardware, c.grid)
-        kg = matmul(c.m, c.n, c.k, dt, hw, fidelity=fid, grid=c.grid)
+        kg = matmul(c.m, c.n, c.k, dt, hw, fidelity=fid, grid=c.grid, config=manual_config(c))
         res = simulate(kg, hw)
         ideal_s = c.m * c.k * c.n / 32 ** 3 * 16 * fid.phases / hw.sms / hw.clock_hz_value
         host_pred = host_visible_s(hw, res.time_s, HOST_METHOD[c.trace])

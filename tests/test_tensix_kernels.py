@@ -45,7 +45,9 @@ def test_matmul_never_beats_the_fpu_roofline_and_fidelity_costs_time(hw):
                                                                   fromlist=["MathFidelity"]).MathFidelity.parse(fid))
         assert r.time_s >= kg.flops / peak
         times[fid] = r.cycles
-    assert times["LoFi"] < times["HiFi2"] < times["HiFi4"]
+    # bf16 LoFi and HiFi2 are both unpacker-bound (core.py matmul_unpack_work: 40 cycles per tile multiply with
+    # 4x2 subblocks, above the FPU's 16 / 32); HiFi4's 64 cycles make the FPU the bound
+    assert times["LoFi"] <= times["HiFi2"] < times["HiFi4"]
 
 
 def test_decode_matmul_is_weight_bandwidth_bound_and_block_formats_help():
@@ -86,7 +88,10 @@ def test_grid_larger_than_the_chip():
 def test_l1_overflow_names_the_buffer_and_the_bytes():
     with pytest.raises(ValueError, match=r"matmul 'huge': L1 overflow on wormhole-n150: circular buffer 'in0' "
                                          r"\(1024 tiles of bf16 = 2097152 B\)"):
-        matmul(16384, 16384, 1024, DType.BF16, WH, grid="1x1", name="huge")
+        matmul(16384, 1024, 1024, DType.BF16, WH, grid="1x1", name="huge", blocking=(512, 32, 1, 1))
+    # ttnn's own selection shrinks the out block and in0_block_w until the CBs fit (down to 1x1x1 tiles)
+    kg = matmul(16384, 16384, 1024, DType.BF16, WH, grid="1x1", name="fits")
+    assert kg.attrs["config"]["out_block"][0] * kg.attrs["config"]["out_block"][1] < 512 * 512
 
 
 def test_unsupported_data_format():

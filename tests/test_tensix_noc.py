@@ -100,3 +100,20 @@ def test_dram_read_bandwidth_is_bounded_by_the_banks_and_scales_with_readers(hw)
     assert full <= hw.dram_bytes_per_s_value * 1.001
     assert full > 0.8 * hw.dram_bytes_per_s_value
     assert full == pytest.approx(2 * half, rel=0.1)
+
+
+def test_a_dram_bank_does_not_idle_for_a_request_held_up_upstream():
+    """A read whose request waits behind its core's busy NIU (a multicast sender, say) books its bank slot as if
+    on time: a read issued after it (in the engine's order) but reaching the bank first is served at once, not
+    after the held-up one's late arrival."""
+    hw = wormhole_n150()
+    noc = NocModel(hw)
+    bank_xy = hw.dram_bank_xy[0]
+    a, b = (2, 2), (7, 8)
+    noc.write(0, a, (3, 3), 1 << 20, NocId.NOC0)  # A's NIU is busy for ~37k cycles
+    held = noc.read(0, a, bank_xy, 16384, NocId.NOC0, bank=0)
+    quick = noc.read(0, b, bank_xy, 16384, NocId.NOC1, bank=0)  # the other NoC: only the bank is shared
+    service = 16384 / (float(hw.dram_bank_bytes_per_s) / hw.clock_hz_value)
+    assert held > (1 << 20) / float(hw.noc_niu_bytes_per_clk)
+    assert quick < 2 * service + 4 * noc.latency(b, bank_xy, NocId.NOC1) + float(hw.dram_latency_cycles) + 200
+    assert noc.bank_busy()[0] == pytest.approx(2 * service)  # the bank's work is conserved

@@ -177,13 +177,22 @@ class NocModel:
         busy = self.busy
         start = tail = float(t)
         prev_off = 0.0
+        bank0 = self._bank0
         for sid, off, dur in zip(ids, offsets, occ):
             step = off - prev_off
             prev_off = off
             begin = start + step
-            if free[sid] > begin:
-                begin = float(free[sid])
-            free[sid] = begin + dur
+            booked = float(free[sid])
+            if booked > begin:
+                begin = booked
+            if sid >= bank0:
+                # A DRAM controller serves the requests it holds and never idles for one still on its way: a
+                # transfer held up upstream books its bank slot from its zero-load arrival (t + off), so the
+                # bank's one free-at time does not leave a hole that a transfer issued later but arriving
+                # earlier could not fill. Its own tail follows its real arrival.
+                free[sid] = max(booked, t + off) + dur
+            else:
+                free[sid] = begin + dur
             busy[sid] += dur
             tail = max(tail + step, begin + dur)
             start = begin
