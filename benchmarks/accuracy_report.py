@@ -3,15 +3,18 @@ figures `predict`, `kernel` and `compare` print beside their numbers.
 
     python benchmarks/accuracy_report.py [--quick] [--csv PATH] [--e2e FILE]
 
-Runs the predictors of benchmarks/validate_gemm.py, validate_attention.py and validate_moe.py (each row through
-its timing method) and, with `--e2e`, reads the per-row errors a `validate_e2e.py` run printed. Re-run it after
-any change that moves predictions and commit the file with the change.
+Runs the predictors of benchmarks/validate_gemm.py, validate_attention.py, validate_moe.py (each row through
+its timing method) and validate_tensix.py (device time of the published Tensix GEMM rows) and, with `--e2e`,
+reads the per-row errors a `validate_e2e.py` run printed. Re-run it after any change that moves predictions and
+commit the file with the change.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
+import importlib.util
 import json
 import re
 import subprocess
@@ -20,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from torchsim.exports.atomic import write_bytes_atomic
-from torchsim.validation.accuracy import PATH, key
+from torchsim.validation.accuracy import PATH, base_profile, key
 from torchsim.validation.predict_row import Prediction, Skip, predict
 from torchsim.validation.published import dtype_of, rows
 
@@ -39,6 +42,25 @@ def kernel_groups(csv: Path | None, quick: bool) -> dict[str, list[tuple[str, fl
             dtype = dt.name.lower() if dt is not None else r.dtype
             out[key(category, p.profile, dtype)].append((r.id, abs(p.err)))
             print(f"{r.id:<9} {p.profile:<10} {dtype:<9} {100 * p.err:+7.1f}%", flush=True)
+    return out
+
+
+def tensix_groups(quick: bool) -> dict[str, list[tuple[str, float]]]:
+    """Tensix GEMM rows of published_dev.csv through benchmarks/validate_tensix.py's predictor: the error of the
+    device time (what `torchsim kernel` prints) per profile and dtype."""
+    spec = importlib.util.spec_from_file_location("validate_tensix", Path(__file__).parent / "validate_tensix.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with Path(mod.CSV).open() as f:
+        published = list(csv.DictReader(f))
+    out: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for r in mod.gemm_rows(published, quick, held_out=False):
+        hw = mod._profile(r.case.hardware, r.case.grid)
+        err = r.dev_pred_s / r.dev_meas_s - 1
+        out[key("tensix_gemm", base_profile(hw.name), mod.DTYPES[r.case.dtype].name.lower())].append(
+            (r.case.rid, abs(err)))
+        print(f"{r.case.rid:<9} {hw.name:<14} {r.case.dtype:<9} {100 * err:+7.1f}%", flush=True)
     return out
 
 
@@ -71,6 +93,7 @@ def main() -> None:
                   for k, e in old.items() if not k.startswith("e2e_inference/")}
     else:
         groups = kernel_groups(args.csv, args.quick)
+        groups.update(tensix_groups(args.quick))
     if args.e2e:
         groups.update(e2e_groups(args.e2e.read_text()))
     entries = {k: {"mape_pct": round(100 * sum(e for _, e in v) / len(v), 2), "rows": len(v),

@@ -66,6 +66,8 @@ def kind_of_template(template: str) -> str:
         return "attention"
     if head == "grouped_gemm":
         return "moe_grouped_gemm"
+    if head.startswith("tensix_matmul"):
+        return "tensix_gemm"
     return head
 
 
