@@ -61,7 +61,7 @@ def _check_stopped(proc: subprocess.Popen[str], sig: int, out: Path) -> None:
     assert took < 5.0, f"stopped {took:.1f} s after the signal"
     assert out.read_bytes() == OLD
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temporary file left
-    assert _session_gone(proc.pid, 5.0), "a process of the command's session is still running"
+    assert _session_gone(proc.pid, 10.0), "a process of the command's session is still running"
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to see worker processes")

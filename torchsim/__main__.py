@@ -1,5 +1,3 @@
-import sys
+from torchsim.cli import run
 
-from torchsim.cli import main
-
-sys.exit(main())
+run()

@@ -68,6 +68,18 @@ def approximated(args: argparse.Namespace) -> Any:
     return get_config(args.model, approximate=True)
 
 
+def run() -> None:
+    """The `torchsim` command: main(), then exit. After Ctrl-C or SIGTERM the process ends at once (os._exit):
+    the `with` blocks have already left the outputs as they were and stopped the worker processes, and the
+    interpreter's teardown (torch, the pool's threads) takes seconds on a loaded machine."""
+    code = main()
+    if code in (130, 143):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
