@@ -33,6 +33,9 @@ def register(sub: Any) -> None:
                    help="multiplier between sizes of a sweep (default 2)")
     p.add_argument("--algo", choices=[*ALGORITHMS, "p2p"], help="force an algorithm (like NCCL_ALGO)")
     p.add_argument("--proto", choices=list(PROTOCOLS), help="force a protocol (like NCCL_PROTO)")
+    p.add_argument("--eager", action="store_true", help="time back-to-back launches from the host without CUDA "
+                   "graphs, as nccl-tests does by default (at least the system's host_enqueue_s); default: the "
+                   "device time, as a CUDA graph replays it")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)
 
@@ -60,7 +63,8 @@ def _run(args: argparse.Namespace) -> int:
         ranks = args.ranks if args.ranks is not None else system.devices
         bounds = _sizes(args.size)
         sizes = message_sizes(bounds[0], bounds[1], args.factor) if len(bounds) == 2 else bounds
-        costs = [collective_cost(coll, system, ranks, s, algorithm=args.algo, protocol=args.proto) for s in sizes]
+        costs = [collective_cost(coll, system, ranks, s, algorithm=args.algo, protocol=args.proto,
+                                 eager=args.eager) for s in sizes]
     except CollectiveError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -69,7 +73,8 @@ def _run(args: argparse.Namespace) -> int:
                          default=lambda o: None))
         return 0
     print(f"{coll} on {system.name}: {ranks} ranks of {system.device.name}, {system.link} ({system.fabric}"
-          f"{', NVLS' if system.in_network_reduction else ''})")
+          f"{', NVLS' if system.in_network_reduction else ''}); "
+          f"{'eager launches (>= host enqueue time)' if args.eager else 'device time (CUDA graph)'}")
     print(f"{'size (B)':>12} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}  {'algorithm':<9} "
           f"{'protocol':<8} {'SMs':>4}")
     for c in costs:

@@ -32,7 +32,7 @@ from torchsim.hwmodels.interconnect import (
     PCIE5_HOST,
     LinkSpec,
 )
-from torchsim.hwmodels.quantity import Quantity, assumed, derived, doc
+from torchsim.hwmodels.quantity import Quantity, assumed, calibrated, derived, doc
 
 COUNT_FIELDS = ("device_count", "links_per_device", "ring_channels", "nvls_channels", "devices_per_host_bridge")
 
@@ -71,6 +71,9 @@ class SystemProfile:
     # PCIe systems: GPUs under one CPU socket and the socket-to-socket link a ring or all-to-all crosses
     devices_per_host_bridge: Quantity
     host_bridge_bytes_per_s: Quantity
+    # host-side time to enqueue one collective without CUDA graphs (NCCL's enqueue + the kernel launch): back-to-
+    # back eager collectives run no faster than one per this (nccl-tests' default, graph: 0)
+    host_enqueue_s: Quantity
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -81,7 +84,7 @@ class SystemProfile:
             v = getattr(self, name).value
             if v < 1 or v != int(v):
                 raise ValueError(f"system {self.name!r}: field {name} must be a whole number >= 1, got {v:g}")
-        for name in ("link_bytes_per_s", "link_effective_bytes_per_s", "ll_max_bytes_per_s",
+        for name in ("link_bytes_per_s", "link_effective_bytes_per_s", "ll_max_bytes_per_s", "host_enqueue_s",
                      "ring_ll128_channel_bytes_per_s", "tree_channel_bytes_per_s", "tree_ll128_channel_bytes_per_s",
                      "host_bridge_bytes_per_s"):
             if getattr(self, name).value <= 0:
@@ -152,7 +155,8 @@ def _nvswitch_system(name: str, description: str, device: GpuProfile, link: Link
         nvls_step_s=doc(25e-6, "s", NCCL_TUNING + " hwLatencies[NVLINK][NVLS][Simple] (NVLS has no base latency)"),
         nvls_channels=doc(16, "CTAs", NCCL_NVLS + " NVLS_NCHANNELS_SM90"),
         ring_channels=assumed(16, "CTAs", _RING_CH),
-        **_kernel_limits(gen, gen_index), **_NVSWITCH_BRIDGE)
+        **_kernel_limits(gen, gen_index), **_NVSWITCH_BRIDGE,
+        host_enqueue_s=_ENQUEUE_H100 if name == "dgx-h100" else _enqueue_transfer(name))
     if nvls:
         fields_["nvls_efficiency"] = doc(0.85 if gen == "Hopper" else 0.74, "fraction",
                                          NCCL_TUNING + f" nvlsEfficiency[{gen}]; on H100 this gives ~480 GB/s NVLS "
@@ -162,6 +166,22 @@ def _nvswitch_system(name: str, description: str, device: GpuProfile, link: Link
                                          "has no in-network reduction")
     fields_.update(extra)
     return SystemProfile(**fields_)
+
+
+WAYNE = ("github waynehacking8/nccl-collectives-bench @ 207ff7554708070b28cf999aa103162ea1fe537f "
+         "results/symmetric/report.md")
+_ENQUEUE_H100 = calibrated(
+    23.1e-6, "s", WAYNE + ": 4 x H100 SXM on one NVSwitch host (x86), one process driving 4 GPUs, the report's 'NCCL "
+    "2.18.3' run (nccl-tests 2.18.3; results/all_reduce.txt, published rows COLL-H100x4-AR-01..09), all_reduce_perf "
+    "eager latency floor 23.1 us (median over sizes <= 2 KB) against 13.7 us under CUDA graphs; the report "
+    "attributes the floor to host-side launch overhead (the eager time stays at the floor while the CUDA-graph "
+    "time is below it)")
+
+
+def _enqueue_transfer(what: str) -> Quantity:
+    return assumed(_ENQUEUE_H100.value, "s", f"assumed: {what} takes the host enqueue time calibrated on a 4 x H100 "
+                   f"x86 host ({_ENQUEUE_H100.source}); it depends on the CPU, the NCCL version and the number of "
+                   "GPUs one process drives")
 
 
 _DGX = "NVIDIA DGX/HGX 8-GPU baseboard: 8 GPUs on one NVSwitch fabric"
@@ -229,6 +249,7 @@ h100_pcie_8 = SystemProfile(
     devices_per_host_bridge=assumed(4, "GPUs", "assumed: 4 GPUs under each of the 2 CPU sockets"),
     host_bridge_bytes_per_s=doc(22e9, "B/s", NCCL + " src/graph/topo.h SRP_QPI_BW (NCCL's figure for the "
                                 "Sapphire Rapids socket-to-socket link, the path a ring takes between sockets)"),
+    host_enqueue_s=_enqueue_transfer("h100-pcie-8"),
 )
 
 # device profiles derived here for a system (not in the single-device registry: predict does not take them yet)

@@ -20,6 +20,10 @@ Traffic per GPU (the bytes its busiest link direction carries), B = the GPU's ef
   4 B flag; each capped by what one CTA (channel) of NCCL's kernels moves, times the channels.
 - PCIe systems: a ring or all-to-all spanning both CPU sockets also crosses the socket-to-socket link.
 
+Eager or graphed: `time_s` is the device time (as under CUDA-graph capture, what serving engines replay);
+with `eager=True` it is max(device time, the system's host_enqueue_s), the time per collective of back-to-back
+launches from the host (nccl-tests' default), since the host cannot enqueue them faster.
+
 Latency: NCCL's base latency of the algorithm and protocol (software: launch, synchronisation) plus its
 per-step hardware latency times the steps. The constants are read from NCCL's tuner (tuning.cc, named with
 its commit in torchsim.hwmodels.interconnect); the model is torchsim's. Not modelled: NCCL's channel
@@ -100,6 +104,8 @@ class CollectiveCost:
     algbw_bytes_per_s: float
     busbw_bytes_per_s: float
     channels: int  # CTAs the collective occupies (one SM each)
+    device_time_s: float = 0.0  # the device's time alone (CUDA graphs)
+    eager: bool = False  # time_s bounded below by the host's enqueue time
     candidates: tuple[Candidate, ...] = field(default=())
 
     @property
@@ -199,10 +205,12 @@ def _bus_and_latency(system: SystemProfile, collective: str, ranks: int, algorit
 
 
 def collective_cost(collective: str, system: SystemProfile, ranks: int, nbytes: int, *,
-                    algorithm: str | None = None, protocol: str | None = None) -> CollectiveCost:
+                    algorithm: str | None = None, protocol: str | None = None,
+                    eager: bool = False) -> CollectiveCost:
     """The time, algbw, busbw, algorithm, protocol and channels of one collective (see the module docstring).
 
     `algorithm` / `protocol` force a choice (like NCCL_ALGO / NCCL_PROTO); otherwise the fastest is taken.
+    `eager`: launched from the host one after another without CUDA graphs (time >= host_enqueue_s).
     """
     coll = canonical(collective)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
@@ -212,7 +220,7 @@ def collective_cost(collective: str, system: SystemProfile, ranks: int, nbytes: 
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
         raise CollectiveError(f"message size must be a positive whole number of bytes, got {nbytes!r}")
     if ranks == 1:  # nothing leaves the GPU
-        return CollectiveCost(coll, system.name, 1, nbytes, "local", "-", 0.0, 0.0, math.inf, 0.0, 0)
+        return CollectiveCost(coll, system.name, 1, nbytes, "local", "-", 0.0, 0.0, math.inf, 0.0, 0, 0.0, eager)
     cands = _candidates(system, coll, ranks)
     if algorithm is not None:
         cands = [c for c in cands if c[0] == algorithm.lower()]
@@ -232,10 +240,11 @@ def collective_cost(collective: str, system: SystemProfile, ranks: int, nbytes: 
         bus = bw / traffic * bus_factor(coll, ranks)
         scored.append((t, algo, proto, lat, bus, ch))
     best = min(scored, key=lambda s: s[0])  # first of equals: the candidate order is fixed
-    t, algo, proto, lat, _, ch = best
+    device_t, algo, proto, lat, _, ch = best
+    t = max(device_t, float(system.host_enqueue_s.value)) if eager else device_t
     algbw = nbytes / t
     return CollectiveCost(coll, system.name, ranks, nbytes, algo, proto, t, lat, algbw,
-                          algbw * bus_factor(coll, ranks), ch,
+                          algbw * bus_factor(coll, ranks), ch, device_t, eager,
                           tuple(Candidate(a, p, tt, ll, bb) for tt, a, p, ll, bb, _ in scored))
 
 
