@@ -69,8 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.json:
         rows = [{k: v for k, v in c.as_dict().items() if k != "candidates" or len(costs) == 1} for c in costs]
-        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2,
-                         default=lambda o: None))
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
         return 0
     print(f"{coll} on {system.name}: {ranks} ranks of {system.device.name}, {system.link} ({system.fabric}"
           f"{', NVLS' if system.in_network_reduction else ''}); "
@@ -84,4 +83,4 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _gbs(v: float) -> str:
-    return "inf" if v == float("inf") else f"{v / 1e9:.2f}"
+    return f"{v / 1e9:.2f}"

@@ -219,8 +219,8 @@ def collective_cost(collective: str, system: SystemProfile, ranks: int, nbytes: 
         raise CollectiveError(f"{ranks} ranks on {system.name}, which has {system.devices} devices")
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
         raise CollectiveError(f"message size must be a positive whole number of bytes, got {nbytes!r}")
-    if ranks == 1:  # nothing leaves the GPU
-        return CollectiveCost(coll, system.name, 1, nbytes, "local", "-", 0.0, 0.0, math.inf, 0.0, 0, 0.0, eager)
+    if ranks == 1:  # nothing leaves the GPU: no time, no bandwidth reported (algbw 0 stands for "not applicable")
+        return CollectiveCost(coll, system.name, 1, nbytes, "local", "-", 0.0, 0.0, 0.0, 0.0, 0, 0.0, eager)
     cands = _candidates(system, coll, ranks)
     if algorithm is not None:
         cands = [c for c in cands if c[0] == algorithm.lower()]
