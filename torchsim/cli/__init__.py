@@ -17,7 +17,7 @@ import signal
 import sys
 from typing import Any
 
-COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep", "calibrate", "microbench")
+COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep", "calibrate", "microbench", "collective")
 
 
 class UsageError(ValueError):
