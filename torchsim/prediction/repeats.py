@@ -121,51 +121,65 @@ class Extrapolator:
         self.family = family
         self.outcome = Outcome()
         self.first: Any = None  # the extrapolation at the first clock
+        self.reference: dict[str, int] = {}  # the reference instance's sizes (middle samples)
+        self.ref_result: Any = None
 
     def __call__(self, run: Callable[[KernelGraph, float], Any]) -> Any:
         """The full kernel extrapolated from truncated instances run by `run`. A later call (the same kernel at
-        another clock, `run` simulating there) reuses the sample sizes the first call accepted and runs only the
-        last two samples of each dimension (the ones the extrapolation uses)."""
-        fixed = self.first is not None
-        vec, largest = self._measure(run, self.family.dims, {}, fixed)
-        res = self._result(vec, largest)
-        if not fixed:
-            self.first = res
-        return res
+        another clock, `run` simulating there) reruns only the reference instance — the middle sample of each
+        dimension — and scales the first result by how much that instance's time changed: a clock changes what
+        each repeat costs alike in a truncated and in the full kernel (a repeat bound by DRAM gets cheaper in
+        cycles at a lower clock, one bound by the tensor pipe does not), and the truncated main loop sees the same
+        L2 hits per iteration (Family.l2_share)."""
+        if self.first is None:
+            vec, largest = self._measure(run, self.family.dims, {}, True)
+            self.first = self._result(vec, largest)
+            return self.first
+        r = run(self.family.build(self.reference), self.family.l2_share(self.reference))
+        self.outcome.events += int(r.node_events)
+        self.outcome.sims += 1
+        scale = r.cycles / max(1, self.ref_result.cycles)
+        f = self.first
+        cycles = max(1, int(round(f.cycles * scale)))
+        busy = {u: min(1.0, b * f.cycles / cycles) for u, b in f.unit_busy.items()}
+        from torchsim.sim.summary import _bound
+
+        attrs = {**f.attrs, "extrapolation": f.attrs["extrapolation"]
+                 + f"; at {r.clock_hz / 1e9:.3f} GHz: x{scale:.4f}, the reference instance's change",
+                 "sim_events": self.outcome.events}
+        return replace(f, cycles=cycles, clock_hz=r.clock_hz, unit_busy=busy,
+                       stalls={k: v * scale for k, v in f.stalls.items()}, bound=_bound(busy) if busy else f.bound,
+                       attrs=attrs)
 
     def _measure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int],
-                 fixed: bool) -> tuple[dict[str, float], Any]:
-        """Extrapolated vector of the kernel at `sizes` in the dimensions before `dims`, full in `dims`."""
+                 ref: bool) -> tuple[dict[str, float], Any]:
+        """Extrapolated vector of the kernel at `sizes` in the dimensions before `dims`, full in `dims`. `ref`:
+        this branch holds the reference instance (the middle sample of every dimension above)."""
         if not dims:
             r = run(self.family.build(sizes), self.family.l2_share(sizes))
             self.outcome.events += int(r.node_events)
             self.outcome.sims += 1
+            if ref:
+                self.reference, self.ref_result = dict(sizes), r
             return _vector(r), r
         d, rest = dims[0], dims[1:]
-        if fixed:
-            xs = self.outcome.sizes.get(d.name)
-            if xs is None or d.name in self.outcome.full_dims:
-                return self._measure(run, rest, {**sizes, d.name: d.full}, fixed)
-            (v2, _), (v3, r3) = (self._measure(run, rest, {**sizes, d.name: x}, fixed) for x in xs[1:])
-            return _line(v2, v3, xs[1], xs[2], d.full), r3
         a, st = d.start, d.step
         for _ in range(MAX_DOUBLINGS + 1):
-            if a + 2 * st >= d.full:
+            if 3 * (a + st) > WORTH * d.full:  # larger samples would cost about as much as the full dimension
                 break
             xs = (a, a + st, a + 2 * st)
-            samples = [self._measure(run, rest, {**sizes, d.name: x}, fixed) for x in xs]
+            samples = [self._measure(run, rest, {**sizes, d.name: x}, ref and i == 1) for i, x in enumerate(xs)]
             (v1, _), (v2, _), (v3, r3) = samples
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
             e23 = _line(v2, v3, xs[1], xs[2], d.full)
             dis = abs(e23["cycles"] - e12["cycles"]) / max(e23["cycles"], 1.0)
             if dis <= TOLERANCE and e23["cycles"] >= v3["cycles"]:
-                prev = self.outcome.sizes.get(d.name)
-                self.outcome.sizes[d.name] = max(prev or xs, xs)
+                self.outcome.sizes[d.name] = max(self.outcome.sizes.get(d.name) or xs, xs)
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
                 return e23, r3
             a, st = 2 * a, 2 * st
         self.outcome.full_dims.add(d.name)
-        return self._measure(run, rest, {**sizes, d.name: d.full}, fixed)
+        return self._measure(run, rest, {**sizes, d.name: d.full}, ref)
 
     def _result(self, vec: dict[str, float], r: Any) -> Any:
         from torchsim.sim.summary import _bound
@@ -379,7 +393,7 @@ def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None
     c = kg.classes[0]
     slots = cta_slots(c, hw)
     kv_blocks = -(-shape.seq_kv // cfg.bn)
-    dims = [d for d in (_waves_dim(c.count, slots), Dim("kv", kv_blocks, 8)) if _worth(d)]
+    dims = [d for d in (_waves_dim(c.count, slots), Dim("kv", kv_blocks, 4)) if _worth(d)]
     cache: dict[int, KernelGraph] = {}
 
     def build(sizes: dict[str, int]) -> KernelGraph:
