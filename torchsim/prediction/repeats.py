@@ -8,8 +8,9 @@ large to simulate cheaply is simulated at truncated sizes of each repeating dime
   the template is taken to be past its fill: pipeline stages, the first wave; s = a for main loops, whose cost
   per iteration drifts slowly with their length (L2 reuse), s = 1 wave for grids). The extrapolation to `full` from the
   first two samples and from the last two must agree within `TOLERANCE` of the value (the increments per repeat
-  agree: steady state); the result is the last two's. Where they do not agree, the samples double (at most
-  `MAX_DOUBLINGS` times) and, failing that, the dimension is simulated at its full size.
+  agree: steady state); the result is the last two's. Where they do not agree, the window slides one step later
+  (at most `MAX_SLIDES` times, and only while its samples cost well under the full dimension) and, failing
+  that, the dimension is simulated at its full size.
 - Dimensions nest (waves outside, K or K/V inside): each sample of the outer dimension is itself extrapolated in
   the inner one, so a kernel costs at most 3 x 3 small simulations however large it is.
 - What is extrapolated: cycles, DRAM bytes, per-unit busy work, stall cycles and node events, each linearly in
@@ -36,7 +37,7 @@ from typing import Any
 from torchsim.graph import CtaClass, DType, KernelGraph
 
 TOLERANCE = 0.005  # successive extrapolations to the full size must agree within this fraction
-MAX_DOUBLINGS = 2  # sample doublings before a dimension is simulated at its full size
+MAX_SLIDES = 3  # times the sample window slides one step later before a dimension is simulated at its full size
 EXACT_EVENTS = 60_000  # kernels of at most this many node executions are simulated in full
 
 
@@ -67,9 +68,10 @@ class Family:
     ctas: int
     dtype: DType
     attrs: dict[str, Any] = field(default_factory=dict)  # the full kernel's template attributes
-    # the share of the L2 a truncated instance gets: a main loop shortened to x of its length touches x of the
-    # bytes between two uses of a tile, so an L2 of x the capacity keeps the same tiles (the same hits per
-    # iteration); a grid cut to fewer waves keeps the whole L2
+    # the share of the L2 a truncated instance gets. A GEMM's K loop shortened to x of its length touches x of
+    # the bytes between two uses of an A or B panel, so an L2 of x the capacity keeps the same tiles (the same
+    # hits per iteration). Attention K/V hits come from a head's CTAs reading a block together, independent of
+    # the sequence length, and a grid cut to fewer waves repeats the same reuse: both keep the whole L2
     l2_share: Callable[[dict[str, int]], float] = field(default=lambda sizes: 1.0)
 
 
@@ -123,6 +125,7 @@ class Extrapolator:
         self.first: Any = None  # the extrapolation at the first clock
         self.reference: dict[str, int] = {}  # the reference instance's sizes (middle samples)
         self.ref_result: Any = None
+        self.memo: dict[tuple[Any, ...], tuple[dict[str, float], Any, dict[str, int], Any]] = {}
 
     def __call__(self, run: Callable[[KernelGraph, float], Any]) -> Any:
         """The full kernel extrapolated from truncated instances run by `run`. A later call (the same kernel at
@@ -132,8 +135,9 @@ class Extrapolator:
         cycles at a lower clock, one bound by the tensor pipe does not), and the truncated main loop sees the same
         L2 hits per iteration (Family.l2_share)."""
         if self.first is None:
-            vec, largest = self._measure(run, self.family.dims, {}, True)
+            vec, largest, self.reference, self.ref_result = self._measure(run, self.family.dims, {})
             self.first = self._result(vec, largest)
+            self.memo.clear()
             return self.first
         r = run(self.family.build(self.reference), self.family.l2_share(self.reference))
         self.outcome.events += int(r.node_events)
@@ -151,35 +155,45 @@ class Extrapolator:
                        stalls={k: v * scale for k, v in f.stalls.items()}, bound=_bound(busy) if busy else f.bound,
                        attrs=attrs)
 
-    def _measure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int],
-                 ref: bool) -> tuple[dict[str, float], Any]:
-        """Extrapolated vector of the kernel at `sizes` in the dimensions before `dims`, full in `dims`. `ref`:
-        this branch holds the reference instance (the middle sample of every dimension above)."""
+    def _measure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
+                 ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
+        """(extrapolated vector, largest sample's result, reference sizes, reference result) of the kernel at
+        `sizes` in the dimensions before `dims`, full in `dims`; the reference instance is the middle sample of
+        every dimension. Samples are memoised, so a window that slides reruns nothing."""
+        key = (len(dims), tuple(sorted(sizes.items())))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
         if not dims:
             r = run(self.family.build(sizes), self.family.l2_share(sizes))
             self.outcome.events += int(r.node_events)
             self.outcome.sims += 1
-            if ref:
-                self.reference, self.ref_result = dict(sizes), r
-            return _vector(r), r
+            out = (_vector(r), r, dict(sizes), r)
+        else:
+            out = self._extrapolate(run, dims, sizes)
+        self.memo[key] = out
+        return out
+
+    def _extrapolate(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
+                     ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
         d, rest = dims[0], dims[1:]
         a, st = d.start, d.step
-        for _ in range(MAX_DOUBLINGS + 1):
+        for _ in range(MAX_SLIDES + 1):
             if 3 * (a + st) > WORTH * d.full:  # larger samples would cost about as much as the full dimension
                 break
             xs = (a, a + st, a + 2 * st)
-            samples = [self._measure(run, rest, {**sizes, d.name: x}, ref and i == 1) for i, x in enumerate(xs)]
-            (v1, _), (v2, _), (v3, r3) = samples
+            (v1, _, _, _), (v2, _, rs, rr), (v3, r3, _, _) = (self._measure(run, rest, {**sizes, d.name: x})
+                                                              for x in xs)
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
             e23 = _line(v2, v3, xs[1], xs[2], d.full)
             dis = abs(e23["cycles"] - e12["cycles"]) / max(e23["cycles"], 1.0)
             if dis <= TOLERANCE and e23["cycles"] >= v3["cycles"]:
                 self.outcome.sizes[d.name] = max(self.outcome.sizes.get(d.name) or xs, xs)
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
-                return e23, r3
-            a, st = 2 * a, 2 * st
+                return e23, r3, rs, rr
+            a += st  # not yet steady: slide the window by one step (the two later samples are reused)
         self.outcome.full_dims.add(d.name)
-        return self._measure(run, rest, {**sizes, d.name: d.full}, ref)
+        return self._measure(run, rest, {**sizes, d.name: d.full})
 
     def _result(self, vec: dict[str, float], r: Any) -> Any:
         from torchsim.sim.summary import _bound
@@ -408,7 +422,7 @@ def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None
         return g
 
     return Family("attention", tuple(dims), build, c.count * c.graph.num_nodes, float(kg.flops), kg.name, c.count,
-                  c.graph.dtype, dict(kg.attrs), lambda sizes: min(1.0, sizes.get("kv", kv_blocks) / kv_blocks))
+                  c.graph.dtype, dict(kg.attrs))  # K/V hits come from a head's CTAs reading a block together: whole L2
 
 
 def sample_events(fam: Family) -> float:
@@ -536,7 +550,7 @@ def _param_family(call: Any, hw: Any, index: int, kg: KernelGraph, param: str, d
     except ValueError:
         return None
     return Family(dim, (d,), build, graph_events(kg), float(kg.flops), kg.name, sum(c.count for c in kg.classes),
-                  kg.classes[0].graph.dtype, dict(kg.attrs), lambda sizes: min(1.0, sizes.get(dim, n_full) / n_full))
+                  kg.classes[0].graph.dtype, dict(kg.attrs))
 
 
 def family_of(kg: KernelGraph, hw: Any) -> Family | None:
