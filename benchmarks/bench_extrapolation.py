@@ -34,7 +34,10 @@ GPUS = ("h100-sxm", "h200", "b200", "a100-sxm")
 
 
 def corpus() -> list[tuple[str, str, KernelCall]]:
-    from torchsim.models.routing_counts import routing
+    from torchsim.models.routing_synthetic import synthetic_routing
+
+    def routing(pattern: str, tokens: int, experts: int, top_k: int) -> tuple[int, ...]:
+        return synthetic_routing(pattern, num_layers=1, num_experts=experts, top_k=top_k, tokens=tokens).layer(0)
 
     out: list[tuple[str, str, KernelCall]] = []
     for hw in GPUS:
@@ -50,7 +53,7 @@ def corpus() -> list[tuple[str, str, KernelCall]]:
         out.append(("flash-decoding b8 h32x8 kv65536", hw,
                     KernelCall.make(KernelKind.ATTENTION_DECODE, batch=8, heads_q=32, heads_kv=8, seq_q=1,
                                     seq_kv=65536, head_dim=128)))
-        out.append(("rmsnorm 65536x4096", hw, KernelCall.make(KernelKind.RMSNORM, rows=65536, hidden=4096)))
+        out.append(("rmsnorm 262144x4096", hw, KernelCall.make(KernelKind.RMSNORM, rows=262144, hidden=4096)))
     out.append(("gemm fp8 4096x4096x8192", "h100-sxm",
                 KernelCall.make(KernelKind.GEMM, dtype=_fp8(), m=4096, n=4096, k=8192)))
     out.append(("attention prefill fa3 on sm100 h4 16384", "b200",
@@ -60,7 +63,8 @@ def corpus() -> list[tuple[str, str, KernelCall]]:
         out.append(("flashmla b16 h128 kv32768", hw,
                     KernelCall.make(KernelKind.MLA_DECODE, batch=16, heads_q=128, seq_q=1, seq_kv=32768)))
     for hw in ("wormhole-n150", "blackhole-p150"):
-        out.append(("tensix matmul 2048x4096x16384", hw, KernelCall.make(KernelKind.GEMM, m=2048, n=4096, k=16384)))
+        out.append(("tensix matmul 2048x4096x32768", hw, KernelCall.make(KernelKind.GEMM, m=2048, n=4096, k=32768)))
+        out.append(("tensix matmul 4096x4096x65536", hw, KernelCall.make(KernelKind.GEMM, m=4096, n=4096, k=65536)))
     return out
 
 
@@ -153,7 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", action="store_true")
     ap.add_argument("--walls", action="store_true")
-    ap.add_argument("--budget", type=int, default=20_000, help="node events above which the corpus extrapolates")
+    ap.add_argument("--budget", type=int, default=5_000, help="node events above which the corpus extrapolates")
     ap.add_argument("--only", default=None, help="run the cases whose label contains this text")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     args = ap.parse_args()

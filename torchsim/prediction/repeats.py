@@ -321,7 +321,7 @@ def gemm_family(m: int, n: int, k: int, dtype: DType, hw: Any, cfg: Any, epilogu
                         int(hw.sms) if cfg.persistent else None, 2.0 * batch * m * n * k, attrs)
 
 
-def grouped_family(call: Any, hw: Any, kg: KernelGraph) -> Family | None:
+def grouped_family(kg: KernelGraph, hw: Any) -> Family | None:
     """A MoE grouped GEMM (torchsim.lowering.templates.grouped_gemm): its tile list, expert by expert, walked by a
     persistent grid, truncated in waves and K like a dense GEMM."""
     from dataclasses import replace as dc_replace
@@ -331,15 +331,16 @@ def grouped_family(call: Any, hw: Any, kg: KernelGraph) -> Family | None:
 
     a = kg.attrs
     counts = tuple(int(c) for c in a["tokens_per_expert"])
-    variant = call.p("variant", "")
-    cfg = grouped_config(counts, int(a["n"]), int(a["k"]), call.dtype, hw, Pipeline.parse(variant) if variant else None)
+    dtype = kg.classes[0].graph.dtype
+    pipe = Pipeline.parse(str(a["template"]).split("/", 1)[1])
+    cfg = grouped_config(counts, int(a["n"]), int(a["k"]), dtype, hw, pipe)
     if (cfg.bm, cfg.bn, cfg.bk, cfg.stages) != (a["bm"], a["bn"], a["bk"], a["stages"]):
         cfg = dc_replace(cfg, bm=int(a["bm"]), bn=int(a["bn"]), bk=int(a["bk"]), stages=int(a["stages"]))
 
     def units_of(kk: int) -> list[Any]:
         return grouped_units(counts, int(a["n"]), kk, cfg)[0]
 
-    fam = tiled_family("grouped_gemm", kg.name, units_of, int(a["k"]), call.dtype, hw, cfg,
+    fam = tiled_family("grouped_gemm", kg.name, units_of, int(a["k"]), dtype, hw, cfg,
                        Epilogue.parse(str(a["epilogue"])), int(a["grid"]), float(kg.flops), dict(a))
     return fam if fam.ctas == sum(c.count for c in kg.classes) else None
 
@@ -508,28 +509,27 @@ def call_family(call: Any, hw: Any, index: int, kg: KernelGraph) -> Family | Non
     parameter shortened, when the shorter builds keep the full kernel's configuration."""
     from torchsim.lowering.kernel_call import KernelKind
 
-    if call.kind is KernelKind.GROUPED_GEMM and not _is_tensix(hw):
-        return grouped_family(call, hw, kg)
     if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.MLA_DECODE) and index == 0 and not _is_tensix(hw):
-        splits, bn = int(kg.attrs.get("splits", 1) or 1), int(kg.attrs.get("bn", 0) or 0)
+        splits = int(kg.attrs.get("splits", 1) or 1)
+        bn = int(kg.attrs.get("bn", 0) or kg.attrs.get("page_size", 0) or 0)  # FlashMLA walks K/V by page
         if bn:
             return _param_family(call, hw, index, kg, "seq_kv", "kv", splits * bn, {"num_splits": splits},
                                  ("seq_kv", "blocks_per_split"))
     if call.kind is KernelKind.GEMM and _is_tensix(hw):
         blk = int((kg.attrs.get("config") or {}).get("in0_block_w", 0) or 0)
         if blk:
-            return _param_family(call, hw, index, kg, "k", "k", 32 * blk, {}, ("k",))
+            return _param_family(call, hw, index, kg, "k", "k", 32 * blk, {}, ("k",), start=4)
     return None if _is_tensix(hw) else family_of(kg, hw)
 
 
 def _param_family(call: Any, hw: Any, index: int, kg: KernelGraph, param: str, dim: str, unit: int,
-                  fixed: dict[str, Any], ignore: tuple[str, ...]) -> Family | None:
+                  fixed: dict[str, Any], ignore: tuple[str, ...], start: int = 8) -> Family | None:
     from torchsim.lowering.kernel_call import KernelCall
     from torchsim.lowering.templates import build_kernels
 
     full_val = int(call.p(param))
     n_full = -(-full_val // unit)
-    d = Dim(dim, n_full, 8)
+    d = Dim(dim, n_full, start)
     if not _worth(d):
         return None
 
@@ -562,4 +562,6 @@ def family_of(kg: KernelGraph, hw: Any) -> Family | None:
         return gemm_family_from_graph(kg, hw)
     if template.startswith("attention/"):
         return attention_family(kg, hw)
+    if template.startswith("grouped_gemm/"):
+        return grouped_family(kg, hw)
     return grid_family(kg, hw, template.split("/", 1)[0] or "kernel")
