@@ -85,8 +85,9 @@ def run_corpus(budget: int, only: str | None) -> list[dict[str, Any]]:
         ext = merged(simulate_launches(call, hw, max_events=budget))
         t_ext = time.perf_counter() - t
         if not ext.method.startswith("extrapolated"):
-            print(f"  {hw_name:14s} {label:48s} {ext.method} (no repeating structure to truncate at this size)",
-                  flush=True)
+            why = (f"steady state not reached, simulated in full: {ext.extrapolation}" if ext.extrapolation
+                   else "nothing worth truncating at this size")
+            print(f"  {hw_name:14s} {label:48s} {ext.method} ({why})", flush=True)
             rows.append({"kernel": label, "hw": hw_name, "method": ext.method, "error": None})
             continue
         clear_memo()
@@ -128,15 +129,15 @@ def run_walls(only: str | None) -> list[dict[str, Any]]:
             continue
         with tempfile.TemporaryDirectory() as cache:
             env = {**os.environ, "TORCHSIM_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
-            out_f, err_f = Path(cache) / "out", Path(cache) / "err"
+            out_f, err_f, rss_f = Path(cache) / "out", Path(cache) / "err", Path(cache) / "rss"
+            # GNU time reports the command's own peak RSS (a child forked from this process would inherit ours)
+            cmd = ["/usr/bin/time", "-o", str(rss_f), "-f", "%M", sys.executable, "-m", "torchsim", *argv]
             t = time.perf_counter()
             with out_f.open("w") as o, err_f.open("w") as e:
-                proc = subprocess.Popen([sys.executable, "-m", "torchsim", *argv], stdout=o, stderr=e, env=env,
-                                        cwd=ROOT)
-                _pid, _status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
+                subprocess.run(cmd, stdout=o, stderr=e, env=env, cwd=ROOT, check=False)
             wall = time.perf_counter() - t
             out, err = out_f.read_bytes(), err_f.read_bytes()
-        peak_mb = _peak_mb(usage)
+            peak_mb = float(rss_f.read_text().split()[-1]) / 1024 if rss_f.exists() else float("nan")
         info = ""
         try:
             d = json.loads(out.decode().strip().splitlines()[-1])
@@ -147,10 +148,6 @@ def run_walls(only: str | None) -> list[dict[str, Any]]:
         rows.append({"case": label, "wall_s": wall, "peak_mb": peak_mb, "result": info})
         print(f"  {label:60s} {wall:6.1f} s  peak {peak_mb:6.0f} MB  {info}", flush=True)
     return rows
-
-
-def _peak_mb(usage: Any) -> float:
-    return float(usage.ru_maxrss) / 1024  # kB on Linux
 
 
 def main() -> None:

@@ -74,3 +74,37 @@ def test_extrapolation_is_deterministic() -> None:
     kg = gemm(2048, 4096, 8192, DType.BF16, hw)
     a, b = (repeats.simulate_kernel(kg, hw, exact_events=1_000) for _ in range(2))
     assert (a.cycles, a.clock_hz, a.attrs["extrapolation"]) == (b.cycles, b.clock_hz, b.attrs["extrapolation"])
+
+
+def test_every_large_template_family_is_found_without_simulating() -> None:
+    from torchsim.lowering.templates import build_kernels
+    from torchsim.models.routing_synthetic import synthetic_routing
+
+    hw = get_profile("h100-sxm")
+    tpe = synthetic_routing("balanced", num_layers=1, num_experts=8, top_k=2, tokens=8192).layer(0)
+    calls = {"grouped_gemm": KernelCall.make(KernelKind.GROUPED_GEMM, tokens_per_expert=tpe, n=4096, k=8192),
+             "decode": KernelCall.make(KernelKind.ATTENTION_DECODE, batch=8, heads_q=32, heads_kv=8, seq_q=1,
+                                       seq_kv=65536, head_dim=128),
+             "mla": KernelCall.make(KernelKind.MLA_DECODE, batch=16, heads_q=128, seq_q=1, seq_kv=32768),
+             "rmsnorm": KernelCall.make(KernelKind.RMSNORM, rows=262144, hidden=4096)}
+    dims = {}
+    for name, call in calls.items():
+        kg = build_kernels(call, hw)[0]
+        fam = repeats.call_family(call, hw, 0, kg)
+        assert fam is not None, name
+        dims[name] = [d.name for d in fam.dims]
+        small = fam.build({d.name: d.start for d in fam.dims})
+        assert repeats.graph_events(small) < repeats.graph_events(kg)
+    assert dims == {"grouped_gemm": ["waves", "k"], "decode": ["kv"], "mla": ["kv"], "rmsnorm": ["waves"]}
+    tensix = get_profile("wormhole-n150")
+    call = KernelCall.make(KernelKind.GEMM, m=2048, n=4096, k=32768)
+    fam = repeats.call_family(call, tensix, 0, build_kernels(call, tensix)[0])
+    assert fam is not None and [d.name for d in fam.dims] == ["k"]
+
+
+def test_the_power_model_runs_on_the_extrapolated_work() -> None:
+    hw = get_profile("h100-sxm")
+    r = repeats.simulate_kernel(gemm(2048, 4096, 16384, DType.BF16, hw), hw, exact_events=1_000)
+    assert r.attrs["method"].startswith("extrapolated-") and r.clock_reason.startswith("power-limited")
+    assert float(hw.clock_min_hz.value) <= r.clock_hz < float(hw.clock_max_hz.value) and r.power_w > 0
+    assert "the reference instance" in r.attrs["extrapolation"]  # the sustained-clock run: one truncated instance
