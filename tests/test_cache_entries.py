@@ -59,8 +59,8 @@ def test_a_value_that_no_simulation_gives_is_refused_even_with_a_valid_checksum(
 
     c = DiskCache(tmp_path)
     sim = {"template": "t", "config": {}, "cycles": 10, "time_s": float("nan"), "flops": 1.0, "dram_bytes": 1.0,
-           "l2_hit_rate": 0.5, "unit_util": {}, "stalls": {}, "bound": "", "fallback": False, "method": "simulated",
-           "events": 1, "clock_hz": 1e9, "clock_reason": "", "power_w": 0.0}
+           "l2_hit_rate": 0.5, "unit_util": {}, "stalls": {}, "bound": "", "fallback": False, "method": "exact",
+           "extrapolation": "", "events": 1, "clock_hz": 1e9, "clock_reason": "", "power_w": 0.0}
     data = {"launches": [sim]}
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "k.json").write_text(json.dumps({"checksum": _checksum(data), "data": data}))

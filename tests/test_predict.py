@@ -112,8 +112,9 @@ def test_a_kernel_never_beats_its_roofline() -> None:
     for budget in (1_000_000, 3_000):
         sim = simulate_call(call, hw, max_events=budget)
         floor = roofline(call, hw)
-        assert sim.time_s >= floor.time_s - float(floor.latency.value)
-    assert simulate_call(call, hw, max_events=3_000).method != "simulated"
+        assert sim.time_s >= floor.time_s - float(floor.latency.value) and not sim.fallback
+    # (a 4-step split-K GEMM has no main loop long enough to truncate: it is simulated in full at any budget)
+    assert simulate_call(call, hw, max_events=3_000).method == "exact"
 
 
 def test_memory_warning_names_the_numbers() -> None:

@@ -83,7 +83,7 @@ def detail_for(profiles: Sequence[Any]) -> Any:
 
 def simulated_whole(k: KernelRecord) -> bool:
     """Whether a kernel can have a detail view: simulated whole (not a roofline row, not K-extrapolated)."""
-    return not k.roofline_fallback and k.method in (None, "simulated") and k.simulated_step == k.decode_step
+    return not k.roofline_fallback and k.method in (None, "simulated", "exact") and k.simulated_step == k.decode_step
 
 
 def export_predictions(args: argparse.Namespace, preds: Sequence[Any], profiles: Sequence[Any],

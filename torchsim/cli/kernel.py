@@ -38,6 +38,9 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="SM clock: 'sustained' (default: the highest clock within the profile's power limit), "
                    "'profile' (the profile's clock_hz, no power model) or a locked clock in GHz, e.g. 1.5")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--exact", action="store_true",
+                   help="simulate the kernel in full (default: a large kernel is extrapolated from truncated "
+                   "instances of its repeating waves / K / K-V loops, within 2%%; `method` in --json says how)")
     p.add_argument("--max-events", type=int_in(1), default=None,
                    help=f"simulate kernels up to this many node executions (default {MAX_EVENTS:,})")
     add_output_options(p)
@@ -58,6 +61,12 @@ def simulate_for(kernel: Any, args: argparse.Namespace) -> KernelResult:
         res = simulate(kernel, hw, **kw)
         return replace(res, clock_reason=f"profile clock_hz ({hw.clock_hz.kind}), --clock profile")
     if clock == "sustained":
+        if not getattr(args, "exact", True) and not kw["record"] and args.sms is None:
+            from torchsim.prediction.repeats import simulate_kernel
+
+            def run(g: Any, h: Any) -> KernelResult:
+                return simulate(g, h, policy=args.policy)
+            return simulate_kernel(kernel, hw, run=run)  # extrapolated when large (method in attrs)
         return simulate_sustained(kernel, hw, **kw)
     try:
         ghz = float(clock)
@@ -82,9 +91,12 @@ def positive(name: str, value: int | None) -> int:
 def check_size(kernel: Any, args: argparse.Namespace) -> None:
     """Refuse, before simulating, a kernel whose node executions exceed the limit (the error says how to lift it)."""
     from torchsim.prediction.kernel_sim import graph_events
+    from torchsim.prediction.repeats import family_of
 
     events, limit = graph_events(kernel), getattr(args, "max_events", None) or MAX_EVENTS
-    if events > limit:
+    extrapolated = not getattr(args, "exact", True) and str(getattr(args, "clock", "sustained")) == "sustained" \
+        and not wants_records(args) and args.sms is None and family_of(kernel, get_profile(args.hw)) is not None
+    if events > limit and not extrapolated:
         raise UsageError(f"{kernel.name} would take {events:,} node executions to simulate (limit {limit:,}, about "
                          f"{events / 200_000 / 60:.0f} min on one core); pass --max-events {events} to run it, or "
                          f"use `torchsim predict`, which extrapolates large kernels")
@@ -120,6 +132,7 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         "l2_hit_rate": res.l2_hit_rate, "unit_utilisation": res.unit_busy, "stall_cycles": res.stalls,
         "config": {k: v for k, v in kernel.attrs.items() if k != "template"}, **extra,
         "sim_wall_s": res.attrs.get("wall_s"), "node_events": res.node_events,
+        "method": res.attrs.get("method", "exact"), "extrapolation": res.attrs.get("extrapolation", ""),
         "tensor_datapath_fill": kernel.tensor_datapath_fill() if hasattr(kernel, "tensor_datapath_fill") else None,
     }
     from torchsim.validation import accuracy

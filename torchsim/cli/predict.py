@@ -57,6 +57,9 @@ def register(sub: Any) -> None:
     p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--policy", default="gto", help="warp issue policy: gto, rr, lrr, two-level, ccws")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel cache")
+    p.add_argument("--exact", action="store_true",
+                   help="simulate every kernel in full (default: large kernels are extrapolated from truncated "
+                   "instances of their repeating waves / K / K-V loops, within 2%%; the method column says which)")
     p.add_argument("--top", type=int_in(0), default=12, help="rows of each kernel table (0: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object (ttft_ms, tpot_ms, kernels, ...)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -80,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
                        dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
-                       workers=args.workers, cache=not args.no_cache, tune=args.tune,
+                       workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile

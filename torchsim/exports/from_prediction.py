@@ -102,7 +102,7 @@ def _interpolated(t: int, sampled: list[int], base: dict[int, list[KernelRecord]
         out.append(replace(rec, decode_step=t, start_us=t_us, duration_us=d_us, gap_us=gap * scale,
                            start_cycles=round(t_us * 1e-6 * clock), duration_cycles=round(d_us * 1e-6 * clock),
                            kv_len=None if rec.kv_len is None else rec.kv_len + (t - lo),
-                           method=method if rec.method in (None, "simulated") else f"{method} ({rec.method})",
+                           method=method if rec.method in (None, "simulated", "exact") else f"{method} ({rec.method})",
                            simulated_step=lo))
         t_us += d_us
     return out

@@ -106,8 +106,9 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
     Column("source_line", pa.string(), "model source line, file.py:123", lambda r, k: k.source_line or None),
     Column("roofline_fallback", pa.bool_(), "true when no template simulated it and a roofline estimate stands in",
            lambda r, k: k.roofline_fallback, False),
-    Column("method", pa.string(), "how the duration was obtained: simulated, k-extrapolated, roofline: <why>, "
-           "interpolated from decode steps A and B", lambda r, k: k.method),
+    Column("method", pa.string(), "how the duration was obtained: exact (simulated in full), extrapolated-<dims> "
+           "(truncated instances of the repeating dimensions waves, k or kv, torchsim.prediction.repeats), "
+           "roofline: <why>, interpolated from decode steps A and B", lambda r, k: k.method),
 )
 
 NODE_COLUMNS: tuple[Column, ...] = (

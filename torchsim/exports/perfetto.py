@@ -38,7 +38,7 @@ def kernel_args(k: KernelRecord) -> dict[str, ArgValue]:
         "dtype": k.dtype or None, "bound": k.bound, "layer": k.layer, "template": k.template,
         "flops": k.flops, "dram_bytes": k.dram_bytes, "l2_hit_rate": k.l2_hit_rate,
         "module_path": k.module_path or None, "source": k.source_line or None,
-        "method": k.method if k.method not in (None, "simulated") else None,
+        "method": k.method if k.method not in (None, "simulated", "exact") else None,
     }
     for unit, frac in sorted((k.unit_busy or {}).items()):
         optional[f"busy.{unit}"] = round(frac, 4)

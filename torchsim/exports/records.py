@@ -48,7 +48,7 @@ class KernelRecord:
     roofline_fallback: bool = False
     kv_len: int | None = None  # KV-cache length a decode kernel attends over
     gap_us: float | None = None  # idle time on the stream before this kernel (launch/host model)
-    method: str | None = None  # "simulated", "k-extrapolated", "roofline: <why>", "interpolated from ..."
+    method: str | None = None  # "exact", "extrapolated-<dims>", "roofline: <why>", "interpolated from ..."
     simulated_step: int | None = None  # the decode step whose simulation this row shows (interpolated rows)
 
     def shapes_text(self) -> str:

@@ -23,7 +23,8 @@ import torchsim
 _PKG = Path(torchsim.__file__).parent
 # Code whose change can change a simulated time (relative to the package).
 _FINGERPRINTED = ("sim", "graph", "hwmodels", "lowering/templates", "lowering/fallback.py", "lowering/kernel_call.py",
-                  "prediction/kernel_sim.py")
+                  "prediction/kernel_sim.py", "prediction/repeats.py")
+CACHE_VERSION = 2  # 2: kernels extrapolated by torchsim.prediction.repeats (method, extrapolation fields)
 
 
 def default_root() -> Path:
@@ -81,7 +82,8 @@ class DiskCache:
         self.discarded = 0
 
     def key(self, call_key: Any, hw_name: str, hw_hash: str, max_events: int) -> str:
-        blob = json.dumps([torchsim.__version__, code_fingerprint(), repr(call_key), hw_name, hw_hash, max_events])
+        blob = json.dumps([torchsim.__version__, CACHE_VERSION, code_fingerprint(), repr(call_key), hw_name, hw_hash,
+                           max_events])
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def get(self, key: str, cls: type | None = None) -> Any:

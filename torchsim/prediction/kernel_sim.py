@@ -3,8 +3,9 @@
 Sits between lowering (KernelCalls) and prediction.pipeline (which places the results on a stream). A call's launches
 (two for a split Flash-Decoding or FlashMLA call: split kernel, then combine) come from
 `torchsim.lowering.templates.build_kernels` and run at their sustained clock under the profile's power limit
-(`torchsim.sim.sustained.simulate_sustained`); GEMMs too large for the event
-budget are simulated at two smaller K and extrapolated, and calls without a template are a roofline (`fallback`).
+(`torchsim.sim.sustained.sustain`); kernels larger than `max_events` node executions are simulated at
+truncated sizes of their repeating dimensions and extrapolated (torchsim.prediction.repeats: one mechanism, one
+error bound), the others in full; only calls without a template are a roofline (`fallback`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchsim.lowering.fallback import roofline, work
-from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.kernel_call import KernelCall, KernelKind  # noqa: F401 (KernelKind: the doctests)
 from torchsim.prediction.cache import DiskCache
+from torchsim.prediction.repeats import EXACT_EVENTS
 from torchsim.prediction.workers import worker_pool
 
-DEFAULT_MAX_SIM_EVENTS = 200_000  # node executions one simulation may take (~150k/s on an idle core today)
+DEFAULT_MAX_SIM_EVENTS = EXACT_EVENTS  # kernels up to this many node executions are simulated in full
+EXACT = 1 << 62  # max_events that simulates every kernel in full (`--exact`)
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,9 @@ class KernelSim:
     stalls: dict[str, float] = field(default_factory=dict)
     bound: str = ""
     fallback: bool = False
-    method: str = "simulated"  # "simulated" | "k-extrapolated" | "roofline: <why>"
+    method: str = "exact"  # "exact" | "extrapolated-waves" | "extrapolated-k" | "extrapolated-waves+k" | ... |
+    # "roofline: <why>" (only for a call without a template)
+    extrapolation: str = ""  # how an extrapolated kernel was sampled (torchsim.prediction.repeats)
     events: int = 0  # node executions simulated
     clock_hz: float = 0.0  # SM clock it ran at (torchsim.sim.sustained); 0 = not recorded
     clock_reason: str = ""  # why that clock: "boost: ...", "power-limited: ...", a roofline's profile clock
@@ -58,7 +63,7 @@ class KernelSim:
             if not isinstance(d, dict) or not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0
                                                   for x in d.values()):
                 raise ValueError(f"{name} is not a table of finite non-negative numbers")
-        for name in ("template", "bound", "method", "clock_reason"):
+        for name in ("template", "bound", "method", "clock_reason", "extrapolation"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} is not text")
 
@@ -150,7 +155,8 @@ def merged(launches: Sequence[KernelSim]) -> KernelSim:
                      flops=sum(s.flops for s in launches), dram_bytes=dram,
                      l2_hit_rate=sum(s.l2_hit_rate * s.dram_bytes for s in launches) / dram if dram else 0.0,
                      unit_util=util, stalls=stalls, bound=longest.bound, fallback=any(s.fallback for s in launches),
-                     method=first.method, events=sum(s.events for s in launches), clock_hz=longest.clock_hz,
+                     method=longest.method, extrapolation=longest.extrapolation,
+                     events=sum(s.events for s in launches), clock_hz=longest.clock_hz,
                      clock_reason=longest.clock_reason,
                      power_w=sum(s.power_w * s.time_s for s in launches) / total_s)
 
@@ -219,29 +225,33 @@ def _bar(total: int, enabled: bool, desc: str) -> Any:
 
 
 def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ...]:
-    """Every launch of `call`; a roofline (one flagged launch) when no template serves it or it is over budget."""
+    """Every launch of `call`, each simulated in full or extrapolated (torchsim.prediction.repeats); a roofline
+    (one flagged launch) only when no template serves the call."""
     if call.p("roofline", False):
         return (_roofline(call, hw, "op has no lowering (fallback=roofline)"),)
     try:
         from torchsim.lowering.templates import build_kernels
     except ImportError:  # the template library is optional while it is being written
         return (_roofline(call, hw, "no template library"),)
+    from torchsim.prediction import repeats
+
     try:
+        fam = repeats.gemm_call_family(call, hw) if max_events < EXACT else None
+        if fam is not None and fam.events > max_events and fam.dims:  # a large GEMM, never built in full
+            res = repeats.simulate_kernel(fam, hw, exact_events=max_events)
+            return (_from_result(fam, res, fam.events),)
         kgs = build_kernels(call, hw)
     except NotImplementedError:
         return (_roofline(call, hw, f"no {call.kind.value} template yet"),)
     except ValueError as exc:  # the template exists but does not serve this shape/dtype on this profile
         return (_roofline(call, hw, f"no template serves this shape ({exc})"),)
-    events = [graph_events(kg) for kg in kgs]
-    if max(events) <= max_events:
-        return tuple(_from_result(kg, _run(kg, hw), "simulated", ev) for kg, ev in zip(kgs, events, strict=True))
-    if len(kgs) == 1 and call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
-        sim = _k_extrapolated(call, hw, kgs[0], events[0], max_events)
-        if sim is None and call.kind is KernelKind.GEMM:
-            sim = _m_scaled(call, hw, kgs[0], events[0], max_events)
-        if sim is not None:
-            return (sim,)
-    return (_roofline(call, hw, f"{max(events)} node events exceed the simulation budget of {max_events}"),)
+    out = []
+    for i, kg in enumerate(kgs):
+        events = graph_events(kg)
+        fam = repeats.call_family(call, hw, i, kg) if events > max_events else None
+        res = repeats.simulate_kernel(fam if fam is not None and fam.dims else kg, hw, exact_events=max_events)
+        out.append(_from_result(kg, res, events))
+    return tuple(out)
 
 
 def graph_events(kg: Any) -> int:
@@ -249,116 +259,19 @@ def graph_events(kg: Any) -> int:
     return int(sum(c.count * c.graph.num_nodes for c in kg.classes))
 
 
-def _run(kg: Any, hw: Any, clock_hz: float | None = None) -> Any:
-    """The kernel at its sustained clock under the profile's power limit (`torchsim.sim.sustained`), or at
-    `clock_hz` when given (the second of two runs that must share a clock)."""
-    from torchsim.hwmodels.power import has_power_model
-    from torchsim.sim.sustained import simulate_sustained
-
-    if clock_hz is not None and has_power_model(hw):
-        return simulate_sustained(kg, hw, lock_clock_hz=clock_hz)
-    return simulate_sustained(kg, hw)
-
-
-def _ran_on(hw: Any, r: Any) -> Any:
-    """`hw` at the clock result `r` ran at (its roofline is the floor that run must respect)."""
-    if float(r.clock_hz) == hw.clock_hz_value:
-        return hw
-    from torchsim.sim.sustained import at_clock
-
-    return at_clock(hw, float(r.clock_hz), "the clock the simulated run used")
-
-
 def _clock(r: Any) -> dict[str, Any]:
     return {"clock_hz": float(r.clock_hz), "clock_reason": str(getattr(r, "clock_reason", "")),
             "power_w": float(getattr(r, "power_w", 0.0))}
 
 
-def _from_result(kg: Any, r: Any, method: str, events: int) -> KernelSim:
+def _from_result(kg: Any, r: Any, events: int) -> KernelSim:
     attrs = dict(getattr(kg, "attrs", {}) or {})
     return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=int(r.cycles),
                      time_s=float(r.time_s), flops=float(r.flops or kg.flops), dram_bytes=float(r.dram_bytes),
                      l2_hit_rate=float(r.l2_hit_rate), unit_util=dict(r.unit_busy), stalls=dict(r.stalls),
-                     bound=str(r.bound), method=method, events=events, **_clock(r))
-
-
-def _with_k(call: KernelCall, k: int) -> KernelCall:
-    return KernelCall.make(call.kind, call.dtype, name=call.name, **{**dict(call.params), "k": k})
-
-
-def _k_extrapolated(call: KernelCall, hw: Any, kg: Any, events: int, max_events: int) -> KernelSim | None:
-    """Simulate the same tiling at two shorter K and extend linearly: the main loop's cost per K step is constant.
-
-    Only used when both short kernels keep the full kernel's template configuration (tiles, stages, split).
-    """
-    from torchsim.lowering.templates import build_kernel
-
-    k = int(call.p("k"))
-    step = int(kg.attrs.get("bk", 64)) * int(kg.attrs.get("split_k", 1))
-    # The pipeline is full after `stages` K steps; below ~K/8 the epilogue's share skews the slope (measured:
-    # Llama-3-8B gate/up, k=4096: 0.2% off from k=384,768 but 7% off from k=256,576).
-    k1_min = max(step * int(kg.attrs.get("stages", 2)), -(-k // 8 // step) * step)
-    k2 = max(int(k * max_events / (1.5 * events)) // step * step, 2 * k1_min)
-    k1 = max(k2 // 2 // step * step, k1_min)
-    if k2 >= k or k2 <= k1 or events * (k1 + k2) / k > 4 * max_events:
-        return None
-    same = {key: v for key, v in kg.attrs.items() if key != "k"}
-    graphs = [build_kernel(_with_k(call, kk), hw) for kk in (k1, k2)]
-    if any({key: v for key, v in g.attrs.items() if key != "k"} != same for g in graphs):
-        return None
-    r2 = _run(graphs[1], hw)  # the longer run sets the clock; the shorter runs at it, so the slope is per K step
-    r1 = _run(graphs[0], hw, float(r2.clock_hz))
-    per_k = (r2.cycles - r1.cycles) / (k2 - k1)
-    cycles = int(round(r2.cycles + per_k * (k - k2)))
-    bytes_per_k = (r2.dram_bytes - r1.dram_bytes) / (k2 - k1)
-    flops, _, _ = work(call)
-    floor = roofline(call, _ran_on(hw, r2))
-    if cycles / float(r2.clock_hz) < floor.time_s - floor.latency.value:  # a kernel never beats its roofline
-        return None
-    attrs = dict(kg.attrs)
-    return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=cycles,
-                     time_s=cycles / float(r2.clock_hz), flops=flops,
-                     dram_bytes=float(r2.dram_bytes + bytes_per_k * (k - k2)), l2_hit_rate=float(r2.l2_hit_rate),
-                     unit_util=dict(r2.unit_busy), stalls={s: v * k / k2 for s, v in r2.stalls.items()},
-                     bound=str(r2.bound), method=f"k-extrapolated from k={k1},{k2}",
-                     events=graph_events(graphs[0]) + graph_events(graphs[1]), **_clock(r2))
-
-
-def _m_scaled(call: KernelCall, hw: Any, kg: Any, events: int, max_events: int) -> KernelSim | None:
-    """Simulate fewer M tiles with the same tiling and scale by waves: used when the grid is many waves deep.
-
-    Both the full and the reduced grid must be at least 4 waves of output tiles over the SMs, so the wave
-    quantisation error is under a quarter wave of the reduced run.
-    """
-    from torchsim.lowering.templates import build_kernel
-
-    bm, bn = int(kg.attrs.get("bm", 0)), int(kg.attrs.get("bn", 0))
-    m, n, sms = int(call.p("m")), int(call.p("n")), int(getattr(hw, "sms", 0))
-    if not (bm and bn and sms):
-        return None
-    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
-    tiles_m2 = min(tiles_m - 1, tiles_m * 4 * max_events // events)  # at most 4 budgets, as K-extrapolation
-    waves = (-(-tiles_m * tiles_n // sms), -(-tiles_m2 * tiles_n // sms))
-    if tiles_m2 < 1 or waves[1] < 4:
-        return None
-    small = build_kernel(KernelCall.make(call.kind, call.dtype, name=call.name,
-                                         **{**dict(call.params), "m": tiles_m2 * bm}), hw)
-    if {k: v for k, v in small.attrs.items() if k != "m"} != {k: v for k, v in kg.attrs.items() if k != "m"}:
-        return None
-    r = _run(small, hw)
-    scale = waves[0] / waves[1]
-    flops, _, _ = work(call)
-    attrs = dict(kg.attrs)
-    cycles = int(round(r.cycles * scale))
-    floor = roofline(call, _ran_on(hw, r))
-    if cycles / float(r.clock_hz) < floor.time_s - floor.latency.value:
-        return None
-    return KernelSim(template=str(attrs.pop("template", kg.name)), config=attrs, cycles=cycles,
-                     time_s=cycles / float(r.clock_hz), flops=flops, dram_bytes=float(r.dram_bytes * scale),
-                     l2_hit_rate=float(r.l2_hit_rate), unit_util=dict(r.unit_busy),
-                     stalls={s: v * scale for s, v in r.stalls.items()}, bound=str(r.bound),
-                     method=f"wave-scaled from m={tiles_m2 * bm} ({waves[1]} of {waves[0]} waves)",
-                     events=graph_events(small), **_clock(r))
+                     bound=str(r.bound), method=str(r.attrs.get("method", "exact")),
+                     extrapolation=str(r.attrs.get("extrapolation", "")), events=int(r.attrs.get("sim_events", events)),
+                     **_clock(r))
 
 
 def _roofline(call: KernelCall, hw: Any, why: str) -> KernelSim:

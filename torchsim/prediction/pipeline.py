@@ -39,7 +39,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             kv_len: int | None = None, batch: int = 1, preset: str | Preset = "serving", launch: str | None = None,
             dtype: str = "bf16", kv_cache: str | None = None, weights: str | None = None, routing: Any = None,
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
-            workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False) -> Prediction:
+            workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
+            exact: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -47,6 +48,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     (on Tensix: metal trace for decode, host dispatch for prefill, as tt_transformers runs them). `weights`
     ("performance" | "accuracy", Tensix only) picks tt_transformers' data formats and fidelities per weight role.
     `dtype="fp8"` is an FP8 checkpoint (decoder-layer GEMMs in FP8 E4M3); `kv_cache="fp8"` an FP8 KV cache.
+    Kernels above `max_sim_events` node executions are extrapolated from truncated instances of their repeating
+    dimensions (torchsim.prediction.repeats; `exact=True` simulates every kernel in full).
     Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
     and kept in the on-disk cache (torchsim.prediction.cache; `cache=False` skips it). `tune=True` (GPU profiles)
     gives every GEMM the simulated autotuner's configuration (lowering.templates.tune: the fastest of a bounded set
@@ -57,6 +60,10 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     True
     """
     t0 = time.perf_counter()
+    if exact:
+        from torchsim.prediction.kernel_sim import EXACT
+
+        max_sim_events = EXACT
     preset = Preset.parse(preset)
     launch = launch or ("cuda-graphs" if preset is Preset.SERVING else "eager")
     if launch not in LAUNCH_MODES:
@@ -140,8 +147,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
            "producing kernel), embedding/LM head/norms/prefill attention in bf16" if precision is WeightPrecision.FP8
            else ""),
         f"decode steps {list(samples)} simulated, the others interpolated linearly in KV length",
-        f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template or over the "
-        f"{max_sim_events}-event budget)",
+        f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template); "
+        + ("every kernel simulated in full (exact)" if exact else
+           f"kernels over {max_sim_events:,} node events extrapolated from truncated instances (method column)"),
         "HBM floor uses the profile's sustained bandwidth "
         f"({prof.dram_bytes_per_s_value / 1e12:.2f} TB/s, {prof.dram_bytes_per_s.kind})",
     )

@@ -48,7 +48,7 @@ class KernelRecord:
     module_path: str
     source: str
     fallback: bool  # True: a roofline estimate, not a simulation
-    method: str  # "simulated" | "k-extrapolated" | "roofline: <why>"
+    method: str  # "exact" | "extrapolated-waves" | "extrapolated-k" | "extrapolated-waves+k" | ... | "roofline: <why>"
     weight: float  # decode steps this row stands for (interpolation weight); 1 in prefill
 
     def row(self) -> dict[str, Any]:

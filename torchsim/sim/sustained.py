@@ -9,6 +9,7 @@ simulated a third time. The result carries the clock it ran at, its power and wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +28,7 @@ def at_clock(hw: Any, clock_hz: float, why: str) -> Any:
 
 def kernel_power_w(kernel: Any, hw: Any, res: KernelResult, activity: float = 1.0) -> float:
     """Average board power of a simulated kernel at the clock it was simulated at."""
-    return power_w(hw, _work(kernel, hw, res), activity=activity)
+    return power_w(hw, _work(kernel.classes[0].graph.dtype, hw, res), activity=activity)
 
 
 def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_clock_hz: float | None = None,
@@ -44,8 +45,18 @@ def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_cloc
     >>> r.clock_reason.startswith("power-limited"), float(hw.clock_min_hz.value) <= r.clock_hz <= 1.98e9
     (True, True)
     """
+    return sustain(lambda h: simulate(kernel, h, **simulate_kwargs), hw, kernel.classes[0].graph.dtype,
+                   activity=activity, lock_clock_hz=lock_clock_hz)
+
+
+def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity: float = 1.0,
+            lock_clock_hz: float | None = None) -> KernelResult:
+    """The power/clock solution of `simulate_sustained` over any `run(profile at a clock) -> KernelResult`: a full
+    simulation, or an extrapolation from truncated instances of the kernel (torchsim.prediction.repeats), whose
+    power then comes from its extrapolated work counts and whose sustained-clock run is of the truncated
+    instances only. `dtype` is the kernel's MMA dtype (its tensor energy)."""
     if not has_power_model(hw):
-        res = simulate(kernel, hw, **simulate_kwargs)
+        res = run(hw)
         return replace(res, clock_reason=f"no power model for {hw.name}: the profile clock "
                                          f"{hw.clock_hz_value / 1e9:.3f} GHz")
     limit = float(hw.power_limit_w.value)
@@ -54,28 +65,28 @@ def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_cloc
         if not lo <= lock_clock_hz <= hi:
             raise ValueError(f"lock_clock_hz {lock_clock_hz / 1e9:.3f} GHz is outside {hw.name}'s clock range "
                              f"[{lo / 1e9:.3f}, {hi / 1e9:.3f}] GHz (clock_min_hz, clock_max_hz)")
-        res = simulate(kernel, at_clock(hw, lock_clock_hz, "locked clock"), **simulate_kwargs)
-        p = kernel_power_w(kernel, hw, res, activity)
+        res = run(at_clock(hw, lock_clock_hz, "locked clock"))
+        p = power_w(hw, _work(dtype, hw, res), activity=activity)
         return replace(res, power_w=p, clock_reason=f"locked: {p:.0f} W at {lock_clock_hz / 1e9:.3f} GHz "
                                                     f"(limit {limit:.0f} W)")
     f_max = float(hw.clock_max_hz.value)
-    res = simulate(kernel, at_clock(hw, f_max, "clock_max_hz (boost)"), **simulate_kwargs)
-    w = _work(kernel, hw, res)
+    res = run(at_clock(hw, f_max, "clock_max_hz (boost)"))
+    w = _work(dtype, hw, res)
     p = power_w(hw, w, activity=activity)
     if p <= limit:
         return replace(res, power_w=p, clock_reason=f"boost: {p:.0f} W < {limit:.0f} W at "
                                                     f"{f_max / 1e9:.3f} GHz")
     f = sustained_clock(hw, w, activity)
     why = f"power-limited: {p:.0f} W at {f_max / 1e9:.3f} GHz over the {limit:.0f} W limit"
-    res1 = simulate(kernel, at_clock(hw, f, why), **simulate_kwargs)
-    p1 = kernel_power_w(kernel, hw, res1, activity)
+    res1 = run(at_clock(hw, f, why))
+    p1 = power_w(hw, _work(dtype, hw, res1), activity=activity)
     fit = time_model(f_max, w.seconds, f, res1.time_s) if p1 > limit * (1 + TOLERANCE) else None
     if fit is not None:
         f2 = sustained_clock(hw, w, activity, fit)
         if f2 < f:
             f = f2
-            res1 = simulate(kernel, at_clock(hw, f, why), **simulate_kwargs)
-            p1 = kernel_power_w(kernel, hw, res1, activity)
+            res1 = run(at_clock(hw, f, why))
+            p1 = power_w(hw, _work(dtype, hw, res1), activity=activity)
     res = res1
     floor = " (the clock floor)" if f <= float(hw.clock_min_hz.value) else ""
     return replace(res, power_w=p1, clock_reason=f"power-limited: {p1:.0f} W at {f / 1e9:.3f} GHz{floor} "
@@ -83,7 +94,6 @@ def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_cloc
                                                  f"{f_max / 1e9:.3f} GHz)")
 
 
-def _work(kernel: Any, hw: Any, res: KernelResult) -> Any:
-    dtype = kernel.classes[0].graph.dtype
+def _work(dtype: Any, hw: Any, res: KernelResult) -> Any:
     sms = int(res.attrs.get("sms", hw.sms))
     return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms)

@@ -1,0 +1,175 @@
+"""Extrapolated kernels (torchsim.prediction.repeats) against their full simulation, and wall times at scale.
+
+    python benchmarks/bench_extrapolation.py --corpus     error of each corpus kernel vs its full simulation
+    python benchmarks/bench_extrapolation.py --walls      cold wall time + peak memory of the large cases
+    python benchmarks/bench_extrapolation.py              both
+
+The corpus (>= 40 kernels: GEMM, grouped GEMM, FA2/FA3/FA4 prefill, Flash-Decoding, FlashMLA, RMSNorm on the four
+GPUs, and Tensix matmuls) is sized so that a full simulation is feasible. Each kernel is simulated twice through
+the prediction path (`simulate_launches`, sustained clock): with a small budget (`--budget`, so it is extrapolated
+where its template has a known repeating structure) and with `EXACT` (in full). Both run the same code, so the
+error is the extrapolation's alone. Wall times run each case in a fresh process with an empty disk cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from torchsim.hwmodels import get_profile  # noqa: E402
+from torchsim.lowering.kernel_call import KernelCall, KernelKind  # noqa: E402
+from torchsim.prediction.kernel_sim import EXACT, clear_memo, merged, simulate_launches  # noqa: E402
+
+GPUS = ("h100-sxm", "h200", "b200", "a100-sxm")
+
+
+def corpus() -> list[tuple[str, str, KernelCall]]:
+    from torchsim.models.routing_synthetic import synthetic_routing
+
+    def routing(pattern: str, tokens: int, experts: int, top_k: int) -> tuple[int, ...]:
+        return synthetic_routing(pattern, num_layers=1, num_experts=experts, top_k=top_k, tokens=tokens).layer(0)
+
+    out: list[tuple[str, str, KernelCall]] = []
+    for hw in GPUS:
+        for m, n, k in ((2048, 4096, 14336), (4096, 4096, 8192), (2048, 28672, 4096), (8192, 4096, 4096)):
+            out.append((f"gemm {m}x{n}x{k}", hw, KernelCall.make(KernelKind.GEMM, m=m, n=n, k=k)))
+        out.append(("grouped gemm 8 experts x 2048 tok, n=4096 k=8192", hw,
+                    KernelCall.make(KernelKind.GROUPED_GEMM, tokens_per_expert=routing("balanced", 8192, 8, 2),
+                                    n=4096, k=8192)))
+        for heads, seq in ((4, 16384), (8, 8192)):
+            out.append((f"attention prefill h{heads} {seq}", hw,
+                        KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=heads, heads_kv=heads,
+                                        seq_q=seq, seq_kv=seq, head_dim=128, causal=False)))
+        out.append(("flash-decoding b8 h32x8 kv65536", hw,
+                    KernelCall.make(KernelKind.ATTENTION_DECODE, batch=8, heads_q=32, heads_kv=8, seq_q=1,
+                                    seq_kv=65536, head_dim=128)))
+        out.append(("rmsnorm 262144x4096", hw, KernelCall.make(KernelKind.RMSNORM, rows=262144, hidden=4096)))
+    out.append(("gemm fp8 4096x4096x8192", "h100-sxm",
+                KernelCall.make(KernelKind.GEMM, dtype=_fp8(), m=4096, n=4096, k=8192)))
+    out.append(("attention prefill fa3 on sm100 h4 16384", "b200",
+                KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=4, heads_kv=4, seq_q=16384,
+                                seq_kv=16384, head_dim=128, causal=False, variant="fa3")))
+    for hw in ("h100-sxm", "b200"):
+        out.append(("flashmla b16 h128 kv32768", hw,
+                    KernelCall.make(KernelKind.MLA_DECODE, batch=16, heads_q=128, seq_q=1, seq_kv=32768)))
+    for hw in ("wormhole-n150", "blackhole-p150"):
+        out.append(("tensix matmul 2048x4096x32768", hw, KernelCall.make(KernelKind.GEMM, m=2048, n=4096, k=32768)))
+        out.append(("tensix matmul 4096x4096x65536", hw, KernelCall.make(KernelKind.GEMM, m=4096, n=4096, k=65536)))
+    return out
+
+
+def _fp8() -> Any:
+    from torchsim.graph import DType
+
+    return DType.FP8_E4M3
+
+
+def run_corpus(budget: int, only: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for label, hw_name, call in corpus():
+        if only and only not in f"{label} {hw_name}":
+            continue
+        hw = get_profile(hw_name)
+        clear_memo()
+        t = time.perf_counter()
+        ext = merged(simulate_launches(call, hw, max_events=budget))
+        t_ext = time.perf_counter() - t
+        if not ext.method.startswith("extrapolated"):
+            why = (f"steady state not reached, simulated in full: {ext.extrapolation}" if ext.extrapolation
+                   else "nothing worth truncating at this size")
+            print(f"  {hw_name:14s} {label:48s} {ext.method} ({why})", flush=True)
+            rows.append({"kernel": label, "hw": hw_name, "method": ext.method, "error": None})
+            continue
+        clear_memo()
+        t = time.perf_counter()
+        full = merged(simulate_launches(call, hw, max_events=EXACT))
+        t_full = time.perf_counter() - t
+        err = ext.time_s / full.time_s - 1
+        rows.append({"kernel": label, "hw": hw_name, "method": ext.method, "error": err, "ext_s": t_ext,
+                     "full_s": t_full, "events_ext": ext.events, "events_full": full.events,
+                     "extrapolation": ext.extrapolation})
+        print(f"  {hw_name:14s} {label:48s} {ext.method:22s} error {100 * err:+6.2f}%  "
+              f"{ext.events:>9,} vs {full.events:>10,} events  {t_ext:6.1f} s vs {t_full:6.1f} s", flush=True)
+    errs = [abs(r["error"]) for r in rows if r["error"] is not None]
+    if errs:
+        print(f"\n{len(errs)} of {len(rows)} kernels extrapolated: mean |error| {100 * sum(errs) / len(errs):.2f}%, "
+              f"worst {100 * max(errs):.2f}% (stated bound: mean <= 0.5%, worst <= 2%)")
+    return rows
+
+
+WALLS: list[tuple[str, list[str]]] = [
+    *[(f"FA3 prefill {s} tokens h100", ["kernel", "attention", "--batch", "1", "--heads-q", "32", "--head-dim", "128",
+                                          "--seq-q", str(s), "--hw", "h100-sxm", "--variant", "fa3", "--json"])
+      for s in (32768, 86000, 131072)],
+    *[(f"FA4 prefill {s} tokens b200", ["kernel", "attention", "--batch", "1", "--heads-q", "32", "--head-dim", "128",
+                                          "--seq-q", str(s), "--hw", "b200", "--variant", "fa4", "--json"])
+      for s in (32768, 86000, 131072)],
+    ("GEMM 16384^3 h100", ["kernel", "gemm", "--m", "16384", "--n", "16384", "--k", "16384", "--json"]),
+    ("grouped GEMM 65536 tokens (8 experts top-2, n=14336 k=4096) h100",
+     ["kernel", "grouped-gemm", "--routing", "balanced", "--tokens", "65536", "--experts", "8", "--top-k", "2",
+      "--n", "14336", "--k", "4096", "--json"]),
+    ("predict llama3-8b h100 (default)", ["predict", "--json", "--no-progress"]),
+]
+
+
+def run_walls(only: str | None) -> list[dict[str, Any]]:
+    rows = []
+    for label, argv in WALLS:
+        if only and only not in label:
+            continue
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "TORCHSIM_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+            out_f, err_f, rss_f = Path(cache) / "out", Path(cache) / "err", Path(cache) / "rss"
+            # GNU time reports the command's own peak RSS (a child forked from this process would inherit ours)
+            cmd = ["/usr/bin/time", "-o", str(rss_f), "-f", "%M", sys.executable, "-m", "torchsim", *argv]
+            t = time.perf_counter()
+            with out_f.open("w") as o, err_f.open("w") as e:
+                subprocess.run(cmd, stdout=o, stderr=e, env=env, cwd=ROOT, check=False)
+            wall = time.perf_counter() - t
+            out, err = out_f.read_bytes(), err_f.read_bytes()
+            peak_mb = float(rss_f.read_text().split()[-1]) / 1024 if rss_f.exists() else float("nan")
+        info = ""
+        try:
+            d = json.loads(out.decode().strip().splitlines()[-1])
+            info = (f"{d.get('time_us', d.get('ttft_ms', 0)):.1f} {'us' if 'time_us' in d else 'ms TTFT'}  "
+                    f"{d.get('method', '')}")
+        except (ValueError, IndexError, AttributeError):
+            info = err.decode().strip().splitlines()[-1] if err else "no output"
+        rows.append({"case": label, "wall_s": wall, "peak_mb": peak_mb, "result": info})
+        print(f"  {label:60s} {wall:6.1f} s  peak {peak_mb:6.0f} MB  {info}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", action="store_true")
+    ap.add_argument("--walls", action="store_true")
+    ap.add_argument("--budget", type=int, default=5_000, help="node events above which the corpus extrapolates")
+    ap.add_argument("--only", default=None, help="run the cases whose label contains this text")
+    ap.add_argument("--json", default=None, help="write the rows to this file")
+    args = ap.parse_args()
+    both = not (args.corpus or args.walls)
+    out: dict[str, Any] = {}
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work shares it)")
+    if args.corpus or both:
+        print("extrapolated vs full simulation (sustained clock, same code):")
+        out["corpus"] = run_corpus(args.budget, args.only)
+    if args.walls or both:
+        print("cold wall time (fresh process, empty disk cache) and peak memory:")
+        out["walls"] = run_walls(args.only)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

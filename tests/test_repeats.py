@@ -1,0 +1,110 @@
+"""torchsim.prediction.repeats: kernels extrapolated from truncated instances agree with their full simulation."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchsim.graph import DType
+from torchsim.hwmodels import get_profile
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates import gemm
+from torchsim.lowering.templates.attention import attention
+from torchsim.lowering.templates.attention_config import AttnShape
+from torchsim.prediction import repeats
+from torchsim.prediction.kernel_sim import EXACT, simulate_launches
+from torchsim.sim import simulate
+
+BOUND = 0.02  # the stated worst-case error of an extrapolated kernel (docs: torchsim.prediction.repeats)
+
+
+def _boost(g, h):  # noqa: ANN001, ANN202 - the plain engine at the profile clock (no power model)
+    return simulate(g, h)
+
+
+def _plain(run, h, dtype):  # noqa: ANN001, ANN202
+    return run(h)
+
+
+@pytest.mark.parametrize("hw_name,shape", [("h100-sxm", (2048, 4096, 16384)), ("a100-sxm", (2048, 2048, 8192))])
+def test_gemm_extrapolated_in_k_matches_the_full_simulation(hw_name: str, shape: tuple[int, int, int]) -> None:
+    hw = get_profile(hw_name)
+    kg = gemm(*shape, DType.BF16, hw)
+    ex = repeats.simulate_kernel(kg, hw, exact_events=1_000, run=_boost, sustained=_plain)
+    full = simulate(kg, hw)
+    assert ex.attrs["method"].startswith("extrapolated-") and "k" in ex.attrs["method"]
+    assert ex.node_events < full.node_events * 3  # the samples ran, not the full kernel
+    assert ex.cycles == pytest.approx(full.cycles, rel=BOUND)
+    assert ex.dram_bytes == pytest.approx(full.dram_bytes, rel=0.1)
+
+
+def test_attention_extrapolated_in_kv_matches_the_full_simulation() -> None:
+    hw = get_profile("h100-sxm")
+    kg = attention(AttnShape(1, 2, 2, 512, 16384, 128, False, DType.BF16), hw)
+    ex = repeats.simulate_kernel(kg, hw, exact_events=1_000, run=_boost, sustained=_plain)
+    full = simulate(kg, hw)
+    assert ex.attrs["method"] == "extrapolated-kv"
+    assert ex.cycles == pytest.approx(full.cycles, rel=BOUND)
+
+
+def test_whole_waves_are_dropped_and_the_last_partial_wave_is_kept() -> None:
+    assert repeats.keep_whole_waves(1000, 132, 2) == 132 + (1000 - 7 * 132)
+    assert repeats.keep_whole_waves(264, 132, 1) == 132 and repeats.keep_whole_waves(10, 132, 3) == 10
+
+
+def test_exact_and_small_kernels_are_simulated_in_full() -> None:
+    hw = get_profile("h100-sxm")
+    kg = gemm(2048, 4096, 16384, DType.BF16, hw)
+    assert repeats.simulate_kernel(kg, hw, exact=True, run=_boost, sustained=_plain).attrs["method"] == "exact"
+    small = gemm(256, 256, 256, DType.BF16, hw)
+    r = repeats.simulate_kernel(small, hw, run=_boost, sustained=_plain)
+    assert r.attrs["method"] == "exact" and r.cycles == simulate(small, hw).cycles
+
+
+def test_no_kernel_falls_back_to_a_roofline_for_its_size() -> None:
+    hw = get_profile("h100-sxm")
+    call = KernelCall.make(KernelKind.GEMM, m=2048, n=4096, k=16384)
+    (s,) = simulate_launches(call, hw, max_events=2_000)
+    assert not s.fallback and s.method.startswith("extrapolated-") and s.template.startswith("gemm/")
+    (full,) = simulate_launches(call, hw, max_events=EXACT)
+    assert full.method == "exact" and s.time_s == pytest.approx(full.time_s, rel=BOUND)
+
+
+def test_extrapolation_is_deterministic() -> None:
+    hw = get_profile("b200")
+    kg = gemm(2048, 4096, 8192, DType.BF16, hw)
+    a, b = (repeats.simulate_kernel(kg, hw, exact_events=1_000) for _ in range(2))
+    assert (a.cycles, a.clock_hz, a.attrs["extrapolation"]) == (b.cycles, b.clock_hz, b.attrs["extrapolation"])
+
+
+def test_every_large_template_family_is_found_without_simulating() -> None:
+    from torchsim.lowering.templates import build_kernels
+    from torchsim.models.routing_synthetic import synthetic_routing
+
+    hw = get_profile("h100-sxm")
+    tpe = synthetic_routing("balanced", num_layers=1, num_experts=8, top_k=2, tokens=8192).layer(0)
+    calls = {"grouped_gemm": KernelCall.make(KernelKind.GROUPED_GEMM, tokens_per_expert=tpe, n=4096, k=8192),
+             "decode": KernelCall.make(KernelKind.ATTENTION_DECODE, batch=8, heads_q=32, heads_kv=8, seq_q=1,
+                                       seq_kv=65536, head_dim=128),
+             "mla": KernelCall.make(KernelKind.MLA_DECODE, batch=16, heads_q=128, seq_q=1, seq_kv=32768),
+             "rmsnorm": KernelCall.make(KernelKind.RMSNORM, rows=262144, hidden=4096)}
+    dims = {}
+    for name, call in calls.items():
+        kg = build_kernels(call, hw)[0]
+        fam = repeats.call_family(call, hw, 0, kg)
+        assert fam is not None, name
+        dims[name] = [d.name for d in fam.dims]
+        small = fam.build({d.name: d.start for d in fam.dims})
+        assert repeats.graph_events(small) < repeats.graph_events(kg)
+    assert dims == {"grouped_gemm": ["waves", "k"], "decode": ["kv"], "mla": ["kv"], "rmsnorm": ["waves"]}
+    tensix = get_profile("wormhole-n150")
+    call = KernelCall.make(KernelKind.GEMM, m=2048, n=4096, k=32768)
+    fam = repeats.call_family(call, tensix, 0, build_kernels(call, tensix)[0])
+    assert fam is not None and [d.name for d in fam.dims] == ["k"]
+
+
+def test_the_power_model_runs_on_the_extrapolated_work() -> None:
+    hw = get_profile("h100-sxm")
+    r = repeats.simulate_kernel(gemm(2048, 4096, 16384, DType.BF16, hw), hw, exact_events=1_000)
+    assert r.attrs["method"].startswith("extrapolated-") and r.clock_reason.startswith("power-limited")
+    assert float(hw.clock_min_hz.value) <= r.clock_hz < float(hw.clock_max_hz.value) and r.power_w > 0
+    assert "the reference instance" in r.attrs["extrapolation"]  # the sustained-clock run: one truncated instance

@@ -1,0 +1,567 @@
+"""Repeats: a kernel's cost bounded by what changes, not by the size of its grid or its main loop.
+
+Kernels repeat themselves: identical CTAs in identical waves (or, in a persistent kernel, identical rounds of
+tiles per CTA), identical main-loop iterations over K (GEMM) or over the K/V sequence (attention). A kernel too
+large to simulate cheaply is simulated at truncated sizes of each repeating dimension and extrapolated:
+
+- A dimension with `full` repeats is sampled at a, a + s and a + 2s repeats (a = `start`, the size from which
+  the template is taken to be past its fill: pipeline stages, the first wave; s = a for main loops, whose cost
+  per iteration drifts slowly with their length (L2 reuse), s = 1 wave for grids). The extrapolation to `full` from the
+  first two samples and from the last two must agree within `TOLERANCE` of the value (the increments per repeat
+  agree: steady state); the result is the last two's. Where they do not agree, the window slides one step later
+  (at most `MAX_SLIDES` times, and only while its samples cost well under the full dimension) and, failing
+  that, the dimension is simulated at its full size.
+- Dimensions nest (waves outside, K or K/V inside): each sample of the outer dimension is itself extrapolated in
+  the inner one, so a kernel costs at most 3 x 3 small simulations however large it is.
+- What is extrapolated: cycles, DRAM bytes, per-unit busy work, stall cycles and node events, each linearly in
+  the repeats. The L2 hit rate, CTAs per SM and the bound's classification come from the largest sample;
+  FLOPs and the CTA count from the full kernel.
+- A wave is kept whole at its end: a truncated grid keeps the full kernel's last partial wave (its remainder of
+  CTAs, or of tiles per persistent CTA), so only whole waves are dropped.
+
+The stated error bound: an extrapolated kernel's time is within 2% of the full simulation of the same code,
+0.5% on average (benchmarks/bench_extrapolation.py measures it over its corpus; tests/test_repeats.py checks
+kernels against full simulation). Kernels up to `EXACT_EVENTS` node executions are simulated in full, and
+`exact=True` (`--exact`) simulates every kernel in full.
+
+The power model composes with this (torchsim.sim.sustained.sustain): a kernel's power at boost comes from its
+extrapolated work counts, and its run at the sustained clock is again of the truncated instances only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from torchsim.graph import CtaClass, DType, KernelGraph
+
+TOLERANCE = 0.005  # successive extrapolations to the full size must agree within this fraction
+MAX_SLIDES = 3  # times the sample window slides one step later before a dimension is simulated at its full size
+EXACT_EVENTS = 60_000  # kernels of at most this many node executions are simulated in full
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One repeating dimension: its repeats in the full kernel, and the smallest sample in steady state."""
+
+    name: str  # "waves" | "k" | "kv"
+    full: int
+    start: int
+    step: int = 0  # spacing of the samples (0: = start)
+
+    def __post_init__(self) -> None:
+        if not self.step:
+            object.__setattr__(self, "step", self.start)
+
+
+@dataclass
+class Family:
+    """How to build a kernel with fewer repeats: `build({dim: repeats})` -> KernelGraph (missing dims: full)."""
+
+    kind: str
+    dims: tuple[Dim, ...]
+    build: Callable[[dict[str, int]], KernelGraph]
+    events: int  # node executions of the full kernel
+    flops: float
+    name: str
+    ctas: int
+    dtype: DType
+    attrs: dict[str, Any] = field(default_factory=dict)  # the full kernel's template attributes
+    # the share of the L2 a truncated instance gets. A GEMM's K loop shortened to x of its length touches x of
+    # the bytes between two uses of an A or B panel, so an L2 of x the capacity keeps the same tiles (the same
+    # hits per iteration). Attention K/V hits come from a head's CTAs reading a block together, independent of
+    # the sequence length, and a grid cut to fewer waves repeats the same reuse: both keep the whole L2
+    l2_share: Callable[[dict[str, int]], float] = field(default=lambda sizes: 1.0)
+
+
+@dataclass
+class Outcome:
+    """What an extrapolation did: the sample sizes chosen per dimension, the worst disagreement, events run."""
+
+    sizes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    full_dims: set[str] = field(default_factory=set)
+    disagreement: float = 0.0
+    events: int = 0
+    sims: int = 0
+
+    def method(self, dims: tuple[Dim, ...]) -> str:
+        used = [d.name for d in dims if d.name in self.sizes and d.name not in self.full_dims]
+        return "extrapolated-" + "+".join(used) if used else "exact"
+
+    def describe(self, dims: tuple[Dim, ...]) -> str:
+        parts = []
+        for d in dims:
+            if d.name in self.full_dims or d.name not in self.sizes:
+                parts.append(f"{d.name} {d.full} (full)")
+            else:
+                parts.append(f"{d.name} {d.full} from {','.join(str(x) for x in self.sizes[d.name])}")
+        return (f"{'; '.join(parts)}: {self.sims} truncated runs, {self.events:,} node events, successive "
+                f"extrapolations agree within {100 * self.disagreement:.2f}%")
+
+
+def _vector(r: Any) -> dict[str, float]:
+    v = {"cycles": float(r.cycles), "dram": float(r.dram_bytes), "events": float(r.node_events)}
+    for u, b in r.unit_busy.items():
+        v["busy:" + u] = float(b) * float(r.cycles)
+    for s, c in r.stalls.items():
+        v["stall:" + s] = float(c)
+    return v
+
+
+def _line(v1: dict[str, float], v2: dict[str, float], x1: int, x2: int, x: int) -> dict[str, float]:
+    keys = set(v1) | set(v2)
+    return {k: max(0.0, v2.get(k, 0.0) + (v2.get(k, 0.0) - v1.get(k, 0.0)) * (x - x2) / (x2 - x1)) for k in keys}
+
+
+class Extrapolator:
+    """Runs a family's truncated instances with `run(kernel_graph, l2_share) -> KernelResult` and extrapolates them.
+
+    The steady-state check is made once, at the first clock (`__call__`)."""
+
+    def __init__(self, family: Family) -> None:
+        self.family = family
+        self.outcome = Outcome()
+        self.first: Any = None  # the extrapolation at the first clock
+        self.reference: dict[str, int] = {}  # the reference instance's sizes (middle samples)
+        self.ref_result: Any = None
+        self.memo: dict[tuple[Any, ...], tuple[dict[str, float], Any, dict[str, int], Any]] = {}
+
+    def __call__(self, run: Callable[[KernelGraph, float], Any]) -> Any:
+        """The full kernel extrapolated from truncated instances run by `run`. A later call (the same kernel at
+        another clock, `run` simulating there) reruns only the reference instance — the middle sample of each
+        dimension — and scales the first result by how much that instance's time changed: a clock changes what
+        each repeat costs alike in a truncated and in the full kernel (a repeat bound by DRAM gets cheaper in
+        cycles at a lower clock, one bound by the tensor pipe does not), and the truncated main loop sees the same
+        L2 hits per iteration (Family.l2_share)."""
+        if self.first is None:
+            vec, largest, self.reference, self.ref_result = self._measure(run, self.family.dims, {})
+            self.first = self._result(vec, largest)
+            self.memo.clear()
+            return self.first
+        r = run(self.family.build(self.reference), self.family.l2_share(self.reference))
+        self.outcome.events += int(r.node_events)
+        self.outcome.sims += 1
+        scale = r.cycles / max(1, self.ref_result.cycles)
+        f = self.first
+        cycles = max(1, int(round(f.cycles * scale)))
+        busy = {u: min(1.0, b * f.cycles / cycles) for u, b in f.unit_busy.items()}
+        from torchsim.sim.summary import _bound
+
+        attrs = {**f.attrs, "extrapolation": f.attrs["extrapolation"]
+                 + f"; at {r.clock_hz / 1e9:.3f} GHz: x{scale:.4f}, the reference instance's change",
+                 "sim_events": self.outcome.events}
+        return replace(f, cycles=cycles, clock_hz=r.clock_hz, unit_busy=busy,
+                       stalls={k: v * scale for k, v in f.stalls.items()}, bound=_bound(busy) if busy else f.bound,
+                       attrs=attrs)
+
+    def _measure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
+                 ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
+        """(extrapolated vector, largest sample's result, reference sizes, reference result) of the kernel at
+        `sizes` in the dimensions before `dims`, full in `dims`; the reference instance is the middle sample of
+        every dimension. Samples are memoised, so a window that slides reruns nothing."""
+        key = (len(dims), tuple(sorted(sizes.items())))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        if not dims:
+            r = run(self.family.build(sizes), self.family.l2_share(sizes))
+            self.outcome.events += int(r.node_events)
+            self.outcome.sims += 1
+            out = (_vector(r), r, dict(sizes), r)
+        else:
+            out = self._extrapolate(run, dims, sizes)
+        self.memo[key] = out
+        return out
+
+    def _extrapolate(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
+                     ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
+        d, rest = dims[0], dims[1:]
+        a, st = d.start, d.step
+        for _ in range(MAX_SLIDES + 1):
+            if 3 * (a + st) > WORTH * d.full:  # larger samples would cost about as much as the full dimension
+                break
+            xs = (a, a + st, a + 2 * st)
+            (v1, _, _, _), (v2, _, rs, rr), (v3, r3, _, _) = (self._measure(run, rest, {**sizes, d.name: x})
+                                                              for x in xs)
+            e12 = _line(v1, v2, xs[0], xs[1], d.full)
+            e23 = _line(v2, v3, xs[1], xs[2], d.full)
+            dis = abs(e23["cycles"] - e12["cycles"]) / max(e23["cycles"], 1.0)
+            if dis <= TOLERANCE and e23["cycles"] >= v3["cycles"]:
+                self.outcome.sizes[d.name] = max(self.outcome.sizes.get(d.name) or xs, xs)
+                self.outcome.disagreement = max(self.outcome.disagreement, dis)
+                return e23, r3, rs, rr
+            a += st  # not yet steady: slide the window by one step (the two later samples are reused)
+        self.outcome.full_dims.add(d.name)
+        return self._measure(run, rest, {**sizes, d.name: d.full})
+
+    def _result(self, vec: dict[str, float], r: Any) -> Any:
+        from torchsim.sim.summary import _bound
+
+        cycles = max(1, int(round(vec["cycles"])))
+        busy = {k[5:]: min(1.0, vec[k] / cycles) for k in vec if k.startswith("busy:")}
+        stalls = {k[6:]: vec[k] for k in vec if k.startswith("stall:")}
+        slots = max(1, int(r.ctas_per_sm)) * max(1, int(r.attrs.get("sms", 1) or 1))
+        attrs = {**r.attrs, "extrapolation": self.outcome.describe(self.family.dims),
+                 "method": self.outcome.method(self.family.dims), "sim_events": self.outcome.events}
+        return replace(r, name=self.family.name, cycles=cycles, flops=self.family.flops, dram_bytes=vec["dram"],
+                       unit_busy=busy, stalls=stalls, bound=_bound(busy) if busy else r.bound,
+                       ctas=self.family.ctas, waves=self.family.ctas / slots, node_events=int(round(vec["events"])),
+                       attrs=attrs, records=None, cta_sm=None)
+
+
+# -- families ------------------------------------------------------------------------------------------------------
+
+def cta_slots(cls: CtaClass, hw: Any) -> int:
+    """CTAs of `cls` resident at once on the chip (the engine's occupancy limits x SMs)."""
+    return slots_for(cls.threads, cls.regs_per_thread, cls.smem, hw)
+
+
+def slots_for(threads: int, regs_per_thread: int, smem: int, hw: Any) -> int:
+    """CTAs of this launch shape resident at once on the chip (torchsim.sim.engine's occupancy x SMs)."""
+    regs = regs_per_thread * threads
+    occ = min(int(hw.max_ctas_per_sm.value), int(hw.max_threads_per_sm.value) // threads,
+              int(hw.registers_per_sm.value) // max(1, regs),
+              int(hw.smem_per_sm_bytes.value) // smem if smem else 1 << 30)
+    return max(1, occ) * int(hw.sms)
+
+
+def keep_whole_waves(total: int, slots: int, waves: int) -> int:
+    """Units (CTAs, or tiles of a persistent grid of `slots` CTAs) kept by a grid truncated to `waves` waves: the
+    full grid's last, partial wave stays as it is and only whole waves before it are dropped."""
+    full = -(-total // slots)
+    rem = total - (full - 1) * slots
+    return min(total, (waves - 1) * slots + rem)
+
+
+def _prefix(kg: KernelGraph, ctas: int) -> KernelGraph:
+    """The first `ctas` CTAs of a single-class kernel, in launch order."""
+    c = kg.classes[0]
+    return replace(kg, classes=(replace(c, params=c.params[:ctas]),))
+
+
+WORTH = 0.7  # a dimension is truncated only where its samples (a + 2a + 3a repeats) cost under this share of it
+
+
+def _worth(d: Dim | None) -> bool:
+    return d is not None and 3 * (d.start + d.step) <= WORTH * d.full
+
+
+def _waves_dim(total: int, slots: int) -> Dim:
+    """Waves sampled at 2, 3 and 4 (the first wave also fills the pipelines; later waves repeat)."""
+    return Dim("waves", -(-total // slots), 2, 1)
+
+
+def grid_family(kg: KernelGraph, hw: Any, kind: str) -> Family | None:
+    """Identical CTAs in waves (one CTA class): the grid truncated to whole waves."""
+    if len(kg.classes) != 1:
+        return None
+    c = kg.classes[0]
+    slots = cta_slots(c, hw)
+    dim = _waves_dim(c.count, slots)
+    if not _worth(dim):
+        return None
+
+    def build(sizes: dict[str, int]) -> KernelGraph:
+        return _prefix(kg, keep_whole_waves(c.count, slots, sizes.get("waves", dim.full)))
+
+    return Family(kind, (dim,), build, c.count * c.graph.num_nodes, float(kg.flops), kg.name, c.count,
+                  c.graph.dtype, dict(kg.attrs))
+
+
+def tiled_family(kind: str, name: str, units_of: Callable[[int], list[Any]], k: int, dtype: DType, hw: Any, cfg: Any,
+                 epilogue: Any, grid: int | None, flops: float, attrs: dict[str, Any]) -> Family:
+    """A tiled GEMM (dense or grouped): waves (tiles per CTA for a persistent grid of `grid` CTAs, CTAs otherwise)
+    x K steps of bk x split_k. `units_of(k)` lists the work units at depth k in launch order."""
+    from importlib import import_module
+
+    from torchsim.lowering.templates.tiling import cta_classes
+
+    gemm_mod = import_module("torchsim.lowering.templates.gemm")  # the module (the package exports the function)
+    out_dtype = DType.BF16 if dtype.is_fp8 or dtype is DType.BF16 else dtype
+    step = cfg.bk * cfg.split_k
+    k_steps = -(-k // step)
+    tiles = len(units_of(min(k, step)))
+    threads, regs, smem = cfg.threads(), gemm_mod._regs(cfg), cfg.smem_bytes(dtype)
+    slots = grid or slots_for(threads, regs, smem, hw)
+    # K: past the pipeline fill and long enough that a tile's main loop outlasts its epilogue (measured: 6 steps
+    # of a 3-stage 128x256 Hopper GEMM are not yet linear, 12 are)
+    dims = [d for d in (_waves_dim(tiles, slots), Dim("k", k_steps, max(8, 4 * cfg.stages))) if _worth(d)]
+
+    def build(sizes: dict[str, int]) -> KernelGraph:
+        kk = min(k, sizes.get("k", k_steps) * step)
+        units = units_of(kk)
+        if "waves" in sizes:
+            units = units[:keep_whole_waves(len(units), slots, sizes["waves"])]
+        classes = [CtaClass(gemm_mod._write_cta(plan, cfg, dtype, out_dtype, epilogue, hw), plan.params, plan.names,
+                            threads=threads, regs_per_thread=regs, smem_bytes=smem)
+                   for plan in cta_classes(units, grid)]
+        return KernelGraph(name=name, classes=tuple(classes), flops=flops * kk / k, dram_bytes=0.0, attrs=dict(attrs))
+
+    waves = -(-tiles // slots)
+    if grid and waves > 2:  # a persistent template holds every tile of its CTA: count two waves, not all
+        ev1, ev2 = (graph_events(build({"waves": w})) for w in (1, 2))
+        events = ev1 + (waves - 1) * (ev2 - ev1)
+    else:
+        events = graph_events(build({}))
+    return Family(kind, tuple(dims), build, int(events), flops, name, min(tiles, grid) if grid else tiles, dtype,
+                  dict(attrs), lambda sizes: min(k, sizes.get("k", k_steps) * step) / k)
+
+
+def gemm_family(m: int, n: int, k: int, dtype: DType, hw: Any, cfg: Any, epilogue: Any, batch: int,
+                shared_b: bool, attrs: dict[str, Any]) -> Family:
+    """A GPU GEMM built as torchsim.lowering.templates.gemm builds it, truncatable in waves and K."""
+    from torchsim.lowering.templates.tiling import work_units
+
+    def units_of(kk: int) -> list[Any]:
+        return work_units(batch, m, n, kk, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, cfg.raster_group,
+                          shared_b)
+
+    return tiled_family("gemm", f"gemm_{m}x{n}x{k}", units_of, k, dtype, hw, cfg, epilogue,
+                        int(hw.sms) if cfg.persistent else None, 2.0 * batch * m * n * k, attrs)
+
+
+def grouped_family(kg: KernelGraph, hw: Any) -> Family | None:
+    """A MoE grouped GEMM (torchsim.lowering.templates.grouped_gemm): its tile list, expert by expert, walked by a
+    persistent grid, truncated in waves and K like a dense GEMM."""
+    from dataclasses import replace as dc_replace
+
+    from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
+    from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_units
+
+    a = kg.attrs
+    counts = tuple(int(c) for c in a["tokens_per_expert"])
+    dtype = kg.classes[0].graph.dtype
+    pipe = Pipeline.parse(str(a["template"]).split("/", 1)[1])
+    cfg = grouped_config(counts, int(a["n"]), int(a["k"]), dtype, hw, pipe)
+    if (cfg.bm, cfg.bn, cfg.bk, cfg.stages) != (a["bm"], a["bn"], a["bk"], a["stages"]):
+        cfg = dc_replace(cfg, bm=int(a["bm"]), bn=int(a["bn"]), bk=int(a["bk"]), stages=int(a["stages"]))
+
+    def units_of(kk: int) -> list[Any]:
+        return grouped_units(counts, int(a["n"]), kk, cfg)[0]
+
+    fam = tiled_family("grouped_gemm", kg.name, units_of, int(a["k"]), dtype, hw, cfg,
+                       Epilogue.parse(str(a["epilogue"])), int(a["grid"]), float(kg.flops), dict(a))
+    return fam if fam.ctas == sum(c.count for c in kg.classes) else None
+
+
+def gemm_call_config(call: Any, hw: Any) -> Any:
+    """The GemmConfig the template library builds a GEMM call with (torchsim.lowering.templates._gemm_call)."""
+    from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline, default_config, fit_config
+
+    m, n, k, batch = call.p("m"), call.p("n"), call.p("k"), call.p("batch", 1)
+    if call.p("tune", False):
+        from torchsim.lowering.templates.tune import tune_gemm
+        cfg = tune_gemm(m, n, k, call.dtype, hw, batch, epilogue=Epilogue.parse(call.p("epilogue", "none")),
+                        shared_b=bool(call.p("shared_b", True))).best
+    else:
+        variant = call.p("variant", "")
+        cfg = default_config(m, n, k, call.dtype, hw, batch, Pipeline.parse(variant) if variant else None)
+    if cfg.smem_bytes(call.dtype) > hw.smem_per_cta_bytes.value:
+        cfg = fit_config(cfg, m, n, k, call.dtype, hw, batch)
+    return cfg
+
+
+def gemm_attrs(m: int, n: int, k: int, dtype: DType, cfg: Any, epilogue: Any, batch: int) -> dict[str, Any]:
+    return {"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
+            "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
+            "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch}
+
+
+def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
+    """The family of a GPU GEMM graph built by torchsim.lowering.templates.gemm, from its attrs (its config)."""
+    from dataclasses import replace as dc_replace
+
+    from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline, default_config
+
+    a = kg.attrs
+    if not str(a.get("template", "")).startswith("gemm/") or int(a.get("batch", 1)) != 1:
+        return None
+    try:
+        dtype = DType.parse(str(a["dtype"]))
+        pipe = Pipeline.parse(str(a["template"]).split("/", 1)[1])
+        cfg = default_config(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, 1, pipe)
+        cfg = dc_replace(cfg, bm=int(a["bm"]), bn=int(a["bn"]), bk=int(a["bk"]), stages=int(a["stages"]),
+                         persistent=bool(a["persistent"]), b_split=int(a["b_split"]), split_k=int(a["split_k"]))
+        fam = gemm_family(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, cfg, Epilogue.parse(str(a["epilogue"])),
+                          1, False, dict(a))
+    except (KeyError, ValueError):
+        return None
+    return fam if fam.ctas == sum(c.count for c in kg.classes) else None  # e.g. --tiles-per-cta: another grid
+
+
+def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None:
+    """Non-causal FlashAttention prefill: waves of identical CTAs x K/V blocks of each CTA's main loop."""
+    from dataclasses import replace as dc_replace
+
+    from torchsim.lowering.templates.attention import attention
+    from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant, default_config
+
+    a = kg.attrs
+    if not str(a.get("template", "")).startswith("attention/") or a.get("causal") or len(kg.classes) != 1:
+        return None
+    shape = AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
+                      int(a["head_dim"]), False, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0))
+    if cfg is None:
+        cfg = dc_replace(default_config(shape, hw, AttnVariant.parse(str(a["variant"]))), bm=int(a["bm"]),
+                         bn=int(a["bn"]), stages=int(a["stages"]))
+    c = kg.classes[0]
+    slots = cta_slots(c, hw)
+    kv_blocks = -(-shape.seq_kv // cfg.bn)
+    dims = [d for d in (_waves_dim(c.count, slots), Dim("kv", kv_blocks, 4)) if _worth(d)]
+    cache: dict[int, KernelGraph] = {}
+
+    def build(sizes: dict[str, int]) -> KernelGraph:
+        n = sizes.get("kv", kv_blocks)
+        g = cache.get(n)
+        if g is None:
+            g = kg if n == kv_blocks else attention(dc_replace(shape, seq_kv=min(shape.seq_kv, n * cfg.bn)), hw, cfg)
+            cache.clear()
+            cache[n] = g
+        if "waves" in sizes:
+            g = _prefix(g, keep_whole_waves(c.count, slots, sizes["waves"]))
+        return g
+
+    return Family("attention", tuple(dims), build, c.count * c.graph.num_nodes, float(kg.flops), kg.name, c.count,
+                  c.graph.dtype, dict(kg.attrs))  # K/V hits come from a head's CTAs reading a block together: whole L2
+
+
+def sample_events(fam: Family) -> float:
+    """Node executions the truncated instances take (3 samples of a, a + s, a + 2s per dimension), roughly."""
+    frac = 1.0
+    for d in fam.dims:
+        frac *= min(1.0, 3 * (d.start + d.step) / d.full)
+    return fam.events * frac if fam.dims else float(fam.events)
+
+
+def graph_events(kg: KernelGraph) -> int:
+    return int(sum(c.count * c.graph.num_nodes for c in kg.classes))
+
+
+def simulate_kernel(kernel: KernelGraph | Family, hw: Any, *, exact: bool = False, exact_events: int = EXACT_EVENTS,
+                    run: Callable[[KernelGraph, Any], Any] | None = None,
+                    sustained: Callable[[Callable[[Any], Any], Any, DType], Any] | None = None) -> Any:
+    """Simulate `kernel` on `hw` in full, or extrapolated from truncated instances when it is larger than
+    `exact_events` node executions and its template has a known repeating structure (a kernel graph's family is
+    found by `family_of`). `run(graph, profile)` simulates one graph (default torchsim.sim.simulate);
+    `sustained(run_at, hw, dtype)` wraps it in the power model (default torchsim.sim.sustained.sustain). The
+    result's attrs["method"] is "exact" or "extrapolated-<dims>" and attrs["extrapolation"] says from what.
+
+    >>> from torchsim.hwmodels import get_profile
+    >>> from torchsim.lowering.templates import gemm
+    >>> hw = get_profile("h100-sxm")
+    >>> r = simulate_kernel(gemm(4096, 4096, 16384, DType.BF16, hw), hw, exact_events=50_000)
+    >>> r.attrs["method"]
+    'extrapolated-k'
+    """
+    from torchsim.sim import simulate
+    from torchsim.sim.sustained import sustain
+
+    sim = run or (lambda g, h: simulate(g, h))
+    sus = sustained or (lambda run_at, h, dt: sustain(run_at, h, dt))
+    fam = kernel if isinstance(kernel, Family) else None
+    if fam is None and not exact and graph_events(kernel) > exact_events:  # type: ignore[arg-type]
+        fam = family_of(kernel, hw)  # type: ignore[arg-type]
+    if fam is not None and (exact or fam.events <= exact_events or not fam.dims):
+        fam_kg = kernel if isinstance(kernel, KernelGraph) else fam.build({})
+        fam, kernel = None, fam_kg
+    if fam is None:
+        assert isinstance(kernel, KernelGraph)
+        kg = kernel
+        res = sus(lambda h: sim(kg, h), hw, kg.classes[0].graph.dtype)
+        return replace(res, attrs={**res.attrs, "method": "exact", "extrapolation": ""})
+    ex = Extrapolator(fam)
+    return sus(lambda h: ex(lambda g, share: sim(g, l2_scaled(h, share))), hw, fam.dtype)
+
+
+def l2_scaled(hw: Any, share: float) -> Any:
+    """`hw` with `share` of its L2 capacity (a truncated instance's: see Family.l2_share)."""
+    q = getattr(hw, "l2_bytes", None)
+    if share >= 1.0 or q is None or not float(q.value):
+        return hw
+    from torchsim.hwmodels.quantity import Quantity
+
+    return replace(hw, l2_bytes=Quantity(float(q.value) * share, q.unit, "derived",
+                                         f"{share:.4f} of the profile's L2 for a truncated main loop"))
+
+
+def gemm_call_family(call: Any, hw: Any) -> Family | None:
+    """The family of a GPU GEMM call, without building its (possibly very large) full graph."""
+    from torchsim.lowering.kernel_call import KernelKind
+    from torchsim.lowering.templates.gemm_config import Epilogue
+
+    if call.kind is not KernelKind.GEMM or _is_tensix(hw):
+        return None
+    m, n, k, batch = call.p("m"), call.p("n"), call.p("k"), call.p("batch", 1)
+    cfg = gemm_call_config(call, hw)
+    epi = Epilogue.parse(call.p("epilogue", "none"))
+    return gemm_family(m, n, k, call.dtype, hw, cfg, epi, batch, bool(call.p("shared_b", True)),
+                       gemm_attrs(m, n, k, call.dtype, cfg, epi, batch))
+
+
+def _is_tensix(hw: Any) -> bool:
+    return getattr(getattr(hw, "arch", None), "value", "") == "tensix"
+
+
+def call_family(call: Any, hw: Any, index: int, kg: KernelGraph) -> Family | None:
+    """The family of launch `index` of `call` (built as `kg`): a graph family (GEMM, attention, identical CTAs in
+    waves), a grouped GEMM's, or a K/V (decode) or K (Tensix matmul) loop rebuilt from the call with that one
+    parameter shortened, when the shorter builds keep the full kernel's configuration."""
+    from torchsim.lowering.kernel_call import KernelKind
+
+    if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.MLA_DECODE) and index == 0 and not _is_tensix(hw):
+        splits = int(kg.attrs.get("splits", 1) or 1)
+        bn = int(kg.attrs.get("bn", 0) or kg.attrs.get("page_size", 0) or 0)  # FlashMLA walks K/V by page
+        if bn:
+            return _param_family(call, hw, index, kg, "seq_kv", "kv", splits * bn, {"num_splits": splits},
+                                 ("seq_kv", "blocks_per_split"))
+    if call.kind is KernelKind.GEMM and _is_tensix(hw):
+        blk = int((kg.attrs.get("config") or {}).get("in0_block_w", 0) or 0)
+        if blk:
+            return _param_family(call, hw, index, kg, "k", "k", 32 * blk, {}, ("k",), start=4)
+    return None if _is_tensix(hw) else family_of(kg, hw)
+
+
+def _param_family(call: Any, hw: Any, index: int, kg: KernelGraph, param: str, dim: str, unit: int,
+                  fixed: dict[str, Any], ignore: tuple[str, ...], start: int = 8) -> Family | None:
+    from torchsim.lowering.kernel_call import KernelCall
+    from torchsim.lowering.templates import build_kernels
+
+    full_val = int(call.p(param))
+    n_full = -(-full_val // unit)
+    d = Dim(dim, n_full, start)
+    if not _worth(d):
+        return None
+
+    def build(sizes: dict[str, int]) -> KernelGraph:
+        n = sizes.get(dim, n_full)
+        if n == n_full:
+            return kg
+        val = full_val - (n_full - n) * unit  # every split (or the K loop) loses n_full - n blocks
+        c2 = KernelCall.make(call.kind, call.dtype, name=call.name, **{**dict(call.params), param: val, **fixed})
+        return build_kernels(c2, hw)[index]
+
+    def same(a: dict[str, Any]) -> dict[str, Any]:
+        return {key: v for key, v in a.items() if key not in ignore}
+
+    try:
+        if same(build({dim: d.start}).attrs) != same(kg.attrs):
+            return None
+    except ValueError:
+        return None
+    return Family(dim, (d,), build, graph_events(kg), float(kg.flops), kg.name, sum(c.count for c in kg.classes),
+                  kg.classes[0].graph.dtype, dict(kg.attrs))
+
+
+def family_of(kg: KernelGraph, hw: Any) -> Family | None:
+    """The repeating structure of a kernel graph, when torchsim knows one for its template."""
+    if _is_tensix(hw):
+        return None
+    template = str(kg.attrs.get("template", ""))
+    if template.startswith("gemm/"):
+        return gemm_family_from_graph(kg, hw)
+    if template.startswith("attention/"):
+        return attention_family(kg, hw)
+    if template.startswith("grouped_gemm/"):
+        return grouped_family(kg, hw)
+    return grid_family(kg, hw, template.split("/", 1)[0] or "kernel")
