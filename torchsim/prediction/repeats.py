@@ -516,9 +516,12 @@ def call_family(call: Any, hw: Any, index: int, kg: KernelGraph) -> Family | Non
             return _param_family(call, hw, index, kg, "seq_kv", "kv", splits * bn, {"num_splits": splits},
                                  ("seq_kv", "blocks_per_split"))
     if call.kind is KernelKind.GEMM and _is_tensix(hw):
-        blk = int((kg.attrs.get("config") or {}).get("in0_block_w", 0) or 0)
-        if blk:
-            return _param_family(call, hw, index, kg, "k", "k", 32 * blk, {}, ("k",), start=4)
+        cfg = kg.attrs.get("config") or {}
+        blk = int(cfg.get("in0_block_w", 0) or 0)
+        if blk and "program_config" in kg.attrs:  # the full size's program config, pinned: ttnn's selection
+            pinned = {"program_config": kg.attrs["program_config"]}  # would pick another for a shorter K
+            return _param_family(call, hw, index, kg, "k", "k", 32 * blk, pinned, ("k", "config", "program_config"),
+                                 start=4)
     return None if _is_tensix(hw) else family_of(kg, hw)
 
 

@@ -9,7 +9,8 @@ circular buffers in L1 are edges (a CB slot is refilled only after the block usi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -326,4 +327,12 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
                               "template": template,
                               "config": {"per_core_m": cfg.per_core_m, "per_core_n": cfg.per_core_n,
                                          "in0_block_w": bw, "out_block": [pm, pn], "passes": cfg.passes,
-                                         "subblock": [cfg.sub_h, cfg.sub_w], "rule": cfg.rule}})
+                                         "subblock": [cfg.sub_h, cfg.sub_w], "rule": cfg.rule},
+                              # the whole program config, as a call's `program_config` parameter runs it again
+                              "program_config": program_config_param(cfg)})
+
+
+def program_config_param(cfg: MatmulConfig) -> tuple[tuple[str, Any], ...]:
+    """A program config as a KernelCall parameter value (sorted (field, value) pairs; `matmul` runs it given
+    back through the Tensix registry's `program_config`)."""
+    return tuple((f.name, getattr(cfg, f.name)) for f in fields(cfg))

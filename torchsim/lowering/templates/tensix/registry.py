@@ -18,7 +18,7 @@ from torchsim.hwmodels.tensix.profiles import TensixProfile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates.tensix.attention import flash_decode, sdpa_prefill
 from torchsim.lowering.templates.tensix.dram_sharded import dram_sharded_matmul
-from torchsim.lowering.templates.tensix.matmul import matmul
+from torchsim.lowering.templates.tensix.matmul import MatmulConfig, matmul
 from torchsim.lowering.templates.tensix.stream import TileWork, stream_kernel
 
 Builder = Callable[[KernelCall, TensixProfile], KernelGraph]
@@ -43,8 +43,10 @@ def _gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
         raise ValueError(f"gemm {call.name!r}: unknown Tensix matmul program {program!r}; valid: mcast, dram_sharded")
     keys = ("per_core_m", "per_core_n", "in0_block_w", "subblock_w")
     blocking = tuple(int(call.p(key, 0)) for key in keys)
+    pc = call.p("program_config", ())  # a whole program config (matmul.program_config_param): run as given
     return matmul(call.p("m") * batch, call.p("n"), call.p("k"), call.dtype, hw,
                   blocking=blocking if all(blocking) else None,  # type: ignore[arg-type]
+                  config=MatmulConfig(**dict(pc)) if pc else None,
                   in1=_dtype(call.p("in1_dtype", ""), call.dtype), out=_dtype(call.p("out_dtype", ""), call.dtype),
                   fidelity=call.p("fidelity", "") or None, grid=call.p("grid", "") or None,
                   name=call.name or "gemm")
