@@ -130,7 +130,8 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
              "bn": cfg.bn, "splits": splits, "blocks_per_split": per, "page_size": page_size,
              "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
              "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "dtype": shape.dtype.name.lower(),
-             "packed_rows": rows, "launches": 2 if splits > 1 else 1, "window": shape.binding_window}
+             "packed_rows": rows, "launches": 2 if splits > 1 else 1,
+             **({"window": shape.binding_window} if shape.binding_window else {})}
     window = f"_window{shape.binding_window}" if shape.binding_window else ""
     kernels = [KernelGraph(f"flash_decode_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}"
                            f"_kv{shape.seq_kv}_d{shape.head_dim}{window}_split{splits}", tuple(classes),
