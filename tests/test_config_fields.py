@@ -31,7 +31,6 @@ def test_a_llama31_config_needs_no_approximation() -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
-    ("sliding_window", 1024, "full causal attention"),
     ("attention_bias", True, "projection biases"),
     ("mlp_bias", True, "MLP projection biases"),
     ("hidden_act", "gelu_pytorch_tanh", "SwiGLU"),
@@ -47,6 +46,15 @@ def test_an_unmodelled_field_is_named_or_listed(field: str, value: Any, words: s
     assert len(cfg.approximations) == 1 and cfg.approximations[0].startswith(field) and words in cfg.approximations[0]
 
 
+def test_the_llama_family_models_the_window_mixtral_names_it() -> None:
+    cfg = LlamaConfig.from_dict({**BASE, "sliding_window": 1024}, "mistral")
+    assert cfg.sliding_window == 1024 and cfg.approximations == ()
+    data = {**BASE, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 1024}
+    with pytest.raises(ValueError, match="sliding_window = 1024") as err:
+        MixtralConfig.from_dict(data, "mixtral")
+    assert "full causal attention" in str(err.value) and "--approximate" in str(err.value)
+
+
 def test_a_window_that_never_binds_is_no_approximation() -> None:
     assert LlamaConfig.from_dict({**BASE, "sliding_window": 4096}, "w").approximations == ()  # context 2048
     assert MixtralConfig.from_dict({**BASE, "sliding_window": None}, "m").approximations == ()
@@ -60,12 +68,12 @@ def test_v5_rope_parameters_give_rope_theta() -> None:
 def test_cli_refuses_then_lists_the_approximation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "mistral" / "config.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({**BASE, "model_type": "mistral", "sliding_window": 512}))
+    path.write_text(json.dumps({**BASE, "model_type": "mistral", "mlp_bias": True}))
     assert main(["predict", str(path), "--prompt", "16", "--decode", "1", "--workers", "1"]) == 2
     err = capsys.readouterr().err
-    assert "sliding_window = 512" in err and "--approximate" in err and len(err.strip().splitlines()) == 1
+    assert "mlp_bias = true" in err and "--approximate" in err and len(err.strip().splitlines()) == 1
     rc = main(["predict", str(path), "--prompt", "16", "--decode", "1", "--workers", "1", "--approximate", "--json"])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [a for a in doc["assumptions"] if a.startswith("approximated: sliding_window = 512")]
+    assert [a for a in doc["assumptions"] if a.startswith("approximated: mlp_bias = true")]
     assert get_config(path, approximate=True).approximations  # the library path gives the same

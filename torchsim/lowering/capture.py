@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsim.lowering.opgraph import OpGraph, OpNode, TensorSpec, spec_of
+from torchsim.lowering.opgraph import WINDOW_KEY, OpGraph, OpNode, TensorSpec, spec_of
 
 _SKIP = {torch.ops.aten._assert_tensor_metadata.default}
 _TORCH_DIR = str(Path(torch.__file__).parent)
@@ -75,10 +75,38 @@ def capture_module(module: nn.Module, args: tuple[Any, ...], *, name: str = "") 
     except Exception as exc:  # torch raises many types; name the segment and keep the cause
         raise CaptureError(f"torch.export of {label} ({type(module).__qualname__}) failed: "
                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
-    return _to_opgraph(ep, label)
+    return _to_opgraph(ep, label, _windows(module))
 
 
-def _to_opgraph(ep: Any, label: str) -> OpGraph:
+# ---- sliding windows ---------------------------------------------------------------------------------------
+# SDPA has no window argument, so the window of an attention call is the one its module declares: the int
+# attribute `sliding_window` of the innermost module on its path that has the attribute (None there: no
+# window). HF attention modules of per-layer families carry it (Qwen2, Gemma-2, gpt-oss); models.hf_segments
+# and models.decoder set it from the config per layer. Capture records it on the SDPA node (WINDOW_KEY).
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+
+
+def _windows(module: nn.Module) -> dict[str, int | None]:
+    """Module path -> declared sliding window (None: declared absent), for every module that has the attribute."""
+    out: dict[str, int | None] = {}
+    for path, m in module.named_modules():
+        if hasattr(m, WINDOW_KEY):
+            w = getattr(m, WINDOW_KEY)
+            out[path] = w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
+    return out
+
+
+def _window_of(windows: dict[str, int | None], path: str) -> int | None:
+    """The window of the innermost module on `path` (or above it) that declares one."""
+    parts = path.split(".") if path else []
+    for i in range(len(parts), -1, -1):
+        p = ".".join(parts[:i])
+        if p in windows:
+            return windows[p]
+    return None
+
+
+def _to_opgraph(ep: Any, label: str, windows: dict[str, int | None] | None = None) -> OpGraph:
     sig = ep.graph_signature
     params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
     nodes: list[OpNode] = []
@@ -95,7 +123,7 @@ def _to_opgraph(ep: Any, label: str) -> OpGraph:
         if n.op != "call_function" or n.target in _SKIP:
             continue
         tensor_args = [a for a in _flat((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)]
-        scalars = tuple((i, _freeze(a)) for i, a in enumerate(n.args) if not _has_node(a))
+        scalars: tuple[tuple[Any, Any], ...] = tuple((i, _freeze(a)) for i, a in enumerate(n.args) if not _has_node(a))
         scalars += tuple((k, _freeze(v)) for k, v in sorted(n.kwargs.items()) if not _has_node(v))
         val = n.meta.get("val")
         outs = tuple(spec_of(v) for v in (val if isinstance(val, (tuple, list)) else (val,))
@@ -103,6 +131,8 @@ def _to_opgraph(ep: Any, label: str) -> OpGraph:
         stack = list(n.meta.get("nn_module_stack", {}).values())
         path, mtype = (stack[-1][0], stack[-1][1]) if stack else ("", "")
         source, code = _source_of(n.meta.get("stack_trace") or "")
+        if windows and n.target is _SDPA and (w := _window_of(windows, _clean_path(path))) is not None:
+            scalars += ((WINDOW_KEY, w),)
         nodes.append(OpNode(
             name=n.name, target=n.target, inputs=tuple(params.get(a.name, a.name) for a in tensor_args),
             in_specs=tuple(spec_of(a.meta.get("val")) for a in tensor_args), out=outs, scalars=scalars,

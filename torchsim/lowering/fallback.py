@@ -32,6 +32,22 @@ class Roofline:
     latency: Quantity = FIXED_LATENCY
 
 
+def _attention_pairs(sq: int, skv: int, causal: bool, window: int) -> tuple[float, int]:
+    """(unmasked query-key pairs, keys read) of causal (bottom-right aligned) or full attention, under a sliding
+    window of `window` keys (0: none; the same count as templates.attention_config.AttnShape)."""
+    window = window if 0 < window < skv else 0
+    if not causal and not window:
+        return float(sq * skv), skv
+
+    def ramp(c: int) -> int:  # sum of max(0, r + c) over the sq query rows
+        m = sq + c if c < 0 else 0
+        return sq * c + sq * (sq - 1) // 2 if c >= 0 else (m * (m - 1) // 2 if m > 0 else 0)
+
+    off = skv - sq
+    pairs = ramp(1 + off) - (ramp(1 + off - window) if window else 0)
+    return float(pairs), skv - max(0, off - window + 1) if window else skv
+
+
 def work(call: KernelCall) -> tuple[float, float, bool]:
     """(FLOPs, compulsory DRAM bytes, runs on tensor cores) of a call, from its kind and params."""
     b = call.dtype.nbytes
@@ -47,8 +63,9 @@ def work(call: KernelCall) -> tuple[float, float, bool]:
         return 2.0 * rows * n * kk, (rows * kk + active * kk * n + rows * n) * b, True
     if k in (KernelKind.ATTENTION_PREFILL, KernelKind.ATTENTION_DECODE):
         bt, hq, hkv, sq, skv, d = (p(x) for x in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
-        pairs = sq * skv - (sq * (sq - 1) / 2 if k is KernelKind.ATTENTION_PREFILL and p("causal", False) else 0)
-        return 4.0 * bt * hq * pairs * d, bt * (2 * hq * sq * d + 2 * hkv * skv * d) * b, True
+        causal = k is KernelKind.ATTENTION_PREFILL and p("causal", False)
+        pairs, keys = _attention_pairs(sq, skv, causal, p("window", 0))
+        return 4.0 * bt * hq * pairs * d, bt * (2 * hq * sq * d + 2 * hkv * keys * d) * b, True
     if k is KernelKind.MLA_DECODE:
         bt, hq, sq, skv, d, dv = (p(x) for x in ("batch", "heads_q", "seq_q", "seq_kv", "head_dim", "head_dim_v"))
         return 2.0 * bt * hq * sq * skv * (d + dv), bt * (hq * sq * (d + dv) + skv * d) * b, True

@@ -16,7 +16,7 @@ import torch
 
 from torchsim.graph.kinds import DType
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.opgraph import OpNode, TensorSpec
+from torchsim.lowering.opgraph import WINDOW_KEY, OpNode, TensorSpec
 
 aten = torch.ops.aten
 
@@ -193,11 +193,17 @@ def _sdpa(node: OpNode, ctx: PlanContext) -> list[KernelCall]:
     hkv, skv = k.shape[1], k.shape[2]
     has_mask = len(node.in_specs) > 3
     causal = bool(node.scalar(5, node.scalar("is_causal", False))) or (has_mask and sq > 1)
+    # a sliding window the calling module declares (capture records it, lowering.capture.WINDOW_KEY): passed
+    # on only where it is shorter than the keys the call attends over, so a window that never binds is none
+    window = node.scalar(WINDOW_KEY)
+    binds: dict[str, Any] = {}
+    if isinstance(window, int) and 0 < window < skv and (causal or sq == 1):
+        binds["window"] = window
     if sq == 1:
         return [ctx.call(KernelKind.ATTENTION_DECODE, [node], q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq,
-                         seq_kv=skv, head_dim=d, paged=False)]
+                         seq_kv=skv, head_dim=d, paged=False, **binds)]
     return [ctx.call(KernelKind.ATTENTION_PREFILL, [node], q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq,
-                     seq_kv=skv, head_dim=d, causal=causal)]
+                     seq_kv=skv, head_dim=d, causal=causal, **binds)]
 
 
 @register_lowering(aten.embedding.default)

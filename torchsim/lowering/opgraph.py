@@ -16,6 +16,11 @@ import torch
 
 from torchsim.graph.kinds import DType
 
+# The scalar capture adds to an attention op whose calling module declares a sliding window (an int attribute
+# `sliding_window` on the module or an enclosing one, as HF attention modules and torchsim's own carry it): SDPA
+# has no window argument, and serving runtimes run it without a materialised mask (lowering.capture).
+WINDOW_KEY = "sliding_window"
+
 _TORCH_DTYPES = {
     torch.float32: DType.FP32, torch.bfloat16: DType.BF16, torch.float16: DType.FP16, torch.int64: DType.INT64,
     torch.int32: DType.INT32, torch.int8: DType.INT8, torch.uint8: DType.INT8, torch.bool: DType.INT8,

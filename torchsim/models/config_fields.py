@@ -34,8 +34,37 @@ def _window(value: Any, data: dict[str, Any]) -> str | None:
     context = data.get("max_position_embeddings")
     if value is None or (isinstance(context, int) and isinstance(value, int) and value >= context):
         return None  # no window, or one that never binds
-    return (f"sliding_window = {json.dumps(value)}: attention is simulated as full causal attention (a window "
-            "shortens the KV each query reads once the sequence is longer than the window)")
+    return (f"sliding_window = {json.dumps(value)}: this family's torchsim definition simulates full causal "
+            "attention (a window shortens the KV each query reads once the sequence is longer than the window; "
+            "the Llama/Mistral definition and the HF path model it)")
+
+
+# The layer kinds of HF `layer_types` torchsim models: full causal and sliding-window attention.
+LAYER_KINDS = frozenset({"full_attention", "sliding_attention"})
+
+
+def layer_window(config: Any, layer: int) -> int | None:
+    """The sliding window of decoder layer `layer` of an HF config object, None for full attention.
+
+    Per-layer families list each layer's kind in `layer_types` (Gemma-2/3, gpt-oss; Qwen2/Qwen3 derive it from
+    use_sliding_window and max_window_layers); the others apply `sliding_window` in every layer (Mistral,
+    Phi-3, Starcoder2).
+
+    >>> from types import SimpleNamespace as C
+    >>> [layer_window(C(sliding_window=8, layer_types=["sliding_attention", "full_attention"]), i) for i in (0, 1)]
+    [8, None]
+    >>> layer_window(C(sliding_window=4096), 5), layer_window(C(sliding_window=None), 0)
+    (4096, None)
+    """
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    types = getattr(config, "layer_types", None)
+    if isinstance(types, (list, tuple)) and 0 <= layer < len(types):
+        return window if types[layer] == "sliding_attention" else None
+    return window
 
 
 def _flag(meaning: str) -> Callable[[Any, dict[str, Any]], str | None]:

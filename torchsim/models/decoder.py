@@ -205,6 +205,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
+        # a family's sliding window (LlamaConfig.sliding_window: Mistral); capture records it on the SDPA call
+        self.sliding_window: int | None = getattr(cfg, "sliding_window", None)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -60,6 +60,8 @@ def to_hf_config(cfg: TorchsimConfig) -> Any:
         return transformers.MixtralConfig(num_local_experts=cfg.num_local_experts,
                                           num_experts_per_tok=cfg.num_experts_per_tok, sliding_window=None,
                                           experts_implementation="grouped_mm", **common)
+    if isinstance(cfg, LlamaConfig) and cfg.sliding_window is not None:  # Mistral: Llama with a sliding window
+        return transformers.MistralConfig(sliding_window=cfg.sliding_window, **common)
     if isinstance(cfg, LlamaConfig):
         return transformers.LlamaConfig(**common)
     raise TypeError(f"no HF mapping for config type {type(cfg).__name__}; known: LlamaConfig, MixtralConfig")
@@ -101,7 +103,8 @@ def build_hf_model(cfg: TorchsimConfig | str, *, device: str | torch.device = "m
     transformers = require_transformers()
     hf_cfg = to_hf_config(config)
     enable_sdpa_gqa()
-    cls = transformers.MixtralForCausalLM if isinstance(config, MixtralConfig) else transformers.LlamaForCausalLM
+    cls = (transformers.MixtralForCausalLM if isinstance(config, MixtralConfig) else transformers.MistralForCausalLM
+           if isinstance(hf_cfg, transformers.MistralConfig) else transformers.LlamaForCausalLM)
     with torch.device(device):
         return cls(hf_cfg).to(dtype).eval()
 

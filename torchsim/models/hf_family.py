@@ -7,8 +7,10 @@ serves it to capture one layer at a time, and the existing lowerings price its A
 family's forward code does (QKV biases, q/k norms, extra norms, scalar multipliers) is what is captured.
 
 What capture replaces is named (models.config_fields): torchsim runs attention as a serving runtime does,
-causal without a materialised mask, so a binding sliding window is an approximation, and so are quantised
-weights (the weights are simulated in the --dtype format).
+causal without a materialised mask, with each layer's sliding window taken from the config
+(models.config_fields.layer_window, recorded on the attention call by capture); layer kinds other than full
+and sliding-window attention are approximations, and so are quantised weights (simulated in the --dtype
+format).
 """
 
 from __future__ import annotations
@@ -17,20 +19,21 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from torchsim.models.config_fields import conditional_note, refuse_unless
+from torchsim.models.config_fields import LAYER_KINDS, conditional_note, refuse_unless
 from torchsim.models.decoder import DecoderConfig
 from torchsim.models.registry import register_builder, register_other_families
 
 # what capture does not take from the family's forward code (models.config_fields.CONDITIONAL holds the checks)
-_REPLACED = ("sliding_window", "use_sliding_window", "max_window_layers", "quantization_config")
+# (sliding windows are modelled: sliding_window, use_sliding_window, max_window_layers, layer_types' two kinds)
+_REPLACED = ("quantization_config",)
 
 
 def _layer_types(value: Any, data: dict[str, Any]) -> str | None:
-    if not isinstance(value, list) or all(v == "full_attention" for v in value):
+    if not isinstance(value, list) or all(v in LAYER_KINDS for v in value):
         return None
-    kinds = sorted({str(v) for v in value})
-    return (f"= {kinds}: every layer is simulated with full causal attention (sliding-window layers read a "
-            "shorter KV once the sequence is longer than the window)")
+    kinds = sorted({str(v) for v in value} - LAYER_KINDS)
+    return (f"= {kinds}: layers of these kinds are simulated with full causal attention (torchsim models "
+            f"{', '.join(sorted(LAYER_KINDS))})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchsim.models.config_fields import layer_window
 from torchsim.models.decoder import DecoderConfig, Segment, decoder_segments
 from torchsim.models.hf import TorchsimConfig, enable_sdpa_gqa, from_hf_config
 
@@ -60,11 +61,14 @@ class HFLayer(nn.Module):
 
     gradient_checkpointing = False  # read by HF's GradientCheckpointingLayer forward wrapper
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: nn.Module, sliding_window: int | None = None) -> None:
+        """`sliding_window`: the layer's window from the config (models.config_fields.layer_window); capture
+        records it on the layer's attention call unless the HF attention module declares its own."""
         super().__init__()
         _adopt(self, layer)
         self._hf_forward = type(layer).forward
         self._hf_class = type(layer).__name__
+        self.sliding_window = sliding_window
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -108,7 +112,8 @@ class HFSegmented(nn.Module):
         self.config: TorchsimConfig | DecoderConfig = config or from_hf_config(
             model.config, getattr(model.config, "name_or_path", "") or "", approximate=True)  # listed as assumptions
         self.head = HFHead(base)
-        self.layers = nn.ModuleList(HFLayer(layer) for layer in base.layers)
+        self.layers = nn.ModuleList(HFLayer(layer, layer_window(model.config, i))
+                                    for i, layer in enumerate(base.layers))
         self.tail = HFTail(base.norm, model.lm_head)
         enable_sdpa_gqa()
 

@@ -45,6 +45,16 @@ class LlamaConfig(DecoderConfig):
     family: ClassVar[str] = "Llama"
 
     name: str = "llama"
+    # Mistral's sliding window (HF MistralConfig.sliding_window): each query attends to the last `sliding_window`
+    # keys up to its own, in every layer; None (Llama) or a window at least the sequence: full causal attention
+    sliding_window: int | None = None
+
+    def __post_init__(self) -> None:
+        DecoderConfig.__post_init__(self)
+        w = self.sliding_window
+        if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
+            raise ValueError(f"model config {self.name!r}: field 'sliding_window' must be a positive integer or "
+                             f"null (no window), got {w!r}")
 
     def mlp_param_count(self) -> int:
         return 3 * self.hidden_size * self.intermediate_size

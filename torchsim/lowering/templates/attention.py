@@ -4,7 +4,9 @@
 `attention(shape, hw, cfg)` lays out one CTA per (batch, query head, query block), query blocks fastest so
 the CTAs sharing a K/V head run together (L2 reuse). Under causal masking CTAs visit different numbers of
 K/V blocks (fully masked blocks are skipped): each trip count is its own CTA class, longest first as
-FlashAttention-3's scheduler orders them. The CTA programs follow the published kernels' warp roles.
+FlashAttention-3's scheduler orders them. A sliding window (`AttnShape.window`) also skips the blocks left of
+the window (FlashAttention's local attention), so a query block reads only the K/V blocks its rows' windows
+intersect, from its own first block (CTA parameter k0). The CTA programs follow the published kernels' warp roles.
 
 Example:
     >>> from torchsim.hwmodels import get_profile
@@ -27,7 +29,7 @@ from torchsim.lowering.templates.attention_config import (
     check_variant,
     datapath_rows,
     default_config,
-    kv_blocks,
+    kv_span,
     mma_work_scale,
 )
 from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
@@ -43,24 +45,30 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
     cfg = cfg or default_config(shape, hw, variant)
     check_variant(cfg.variant, shape, hw)
     mblocks = math.ceil(shape.seq_q / cfg.bm)
-    rows = [(kv_blocks(shape, cfg.bm, cfg.bn, m), (b, h, h // shape.group, m))
-            for b in range(shape.batch) for h in range(shape.heads_q) for m in range(mblocks)]
+    spans = [kv_span(shape, cfg.bm, cfg.bn, m) for m in range(mblocks)]
+    # a sliding window: each query block starts at its own first K/V block (CTA parameter k0)
+    window = {"kv_base": "k0"} if shape.binding_window else {}
+    names = (*PARAMS, "k0") if window else PARAMS
+    rows = [((n, masked), (b, h, h // shape.group, m, *((first,) if window else ())))
+            for b in range(shape.batch) for h in range(shape.heads_q) for m, (n, masked, first) in enumerate(spans)]
     classes = []
-    for cr in group_ctas(rows, PARAMS, order=lambda key: -key[0]):
+    for cr in group_ctas(rows, names, order=lambda key: -key[0]):
         n, masked = cr.key
         graph = write_cta(cfg, shape, n, masked, hw=hw, datapath_rows=datapath_rows(cfg.variant, hw),
-                          tmem_accumulators=hw.tmem_bytes_per_sm.value > 0)
+                          tmem_accumulators=hw.tmem_bytes_per_sm.value > 0, **window)
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
     v = cfg.variant.value
     return KernelGraph(
         name=f"attention_{v}_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
-             f"_d{shape.head_dim}" + ("_causal" if shape.causal else ""),
+             f"_d{shape.head_dim}" + ("_causal" if shape.causal else "")
+             + (f"_window{shape.binding_window}" if shape.binding_window else ""),
         classes=tuple(classes), flops=shape.flops(), dram_bytes=shape.io_bytes(),
         attrs={"template": f"attention/{v}", "variant": v, "bm": cfg.bm, "bn": cfg.bn, "stages": cfg.stages,
                "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
                "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
-               "dtype": shape.dtype.name.lower(), "query_blocks": mblocks},
+               "dtype": shape.dtype.name.lower(), "query_blocks": mblocks,
+               **({"window": shape.binding_window} if shape.binding_window else {})},
     )
 
 
@@ -84,7 +92,9 @@ def smem_bytes(cfg: AttnConfig, shape: AttnShape) -> int:
 
 def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int, name: str = "attention",
               hw: GpuProfile | None = None, **writer: Any) -> TileGraph:
-    """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask;
+    """The program of a CTA that visits `n` K/V blocks, the first `masked` of them needing a mask (under a
+    sliding window the blocks its left edge crosses are counted there too: the same mask work, visited last
+    in the kernel, which changes no node's cost);
     `writer` options (AttnWriter fields) say where its tiles come from and go (split-KV, paged K/V).
     With `hw`, a TMA variant's CTA starts with its prologue (Q, K, V, O tensor maps; a full and an empty
     mbarrier per K/V stage and one for Q), and FA2's mma.sync MMAs hold the datapath at `hw`'s warp-MMA rate."""
@@ -165,7 +175,9 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
         for g, wg in enumerate(wgs):
             for which, out in (("K", ks[j]), ("V", vs[j])):
                 t = TileDesc(Space.GLOBAL, w.dtype, (1, 1, part, w.head_dim if which == "K" else w.head_dim_v),
-                             which, (aff(b=1), aff(**{w.kv_head: 1}), aff(groups * (n - 1 - j) + g), aff()))
+                             which, (aff(b=1), aff(**{w.kv_head: 1}),
+                                     aff(groups * (n - 1 - j) + g, **({w.kv_base: groups} if w.kv_base else {})),
+                                     aff()))
                 out.append(b.node(wg, Op.CP_ASYNC, Unit.LDST, work=t.nbytes, tile=t, name=f"load_{which}{g}[{j}]"))
             if j >= cfg.stages:  # the slot held tile j - stages: every group's MMA on it has completed
                 link(b, [qk[c, j - cfg.stages] for c in range(groups)], ks[j][-1])

@@ -63,6 +63,10 @@ class AttnShape:
     """softmax(Q K^T / sqrt(d)) V for Q [batch, heads_q, seq_q, head_dim], K/V [batch, heads_kv, seq_kv, .].
 
     `causal` masks bottom-right aligned (query row r sees keys up to r + seq_kv - seq_q), as FlashAttention.
+    `window` > 0 is a sliding window (Mistral, Qwen2, Gemma-2 sliding layers): row r sees only the `window`
+    keys ending at its own, r + seq_kv - seq_q - window + 1 .. r + seq_kv - seq_q (FlashAttention's
+    window_size = (window - 1, 0)); it implies that alignment, so it needs causal attention unless seq_q is 1.
+    A window of seq_kv keys or more never binds and is the same problem as none (`binding_window`).
     """
 
     batch: int
@@ -74,6 +78,7 @@ class AttnShape:
     causal: bool = False
     dtype: DType = DType.BF16
     head_dim_v: int = 0  # 0: same as head_dim
+    window: int = 0  # sliding window in keys, 0: none
 
     def __post_init__(self) -> None:
         for name in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"):
@@ -82,6 +87,12 @@ class AttnShape:
                 raise ValueError(f"attention parameter {name} must be a positive integer, got {v!r}")
         if self.head_dim_v < 0:
             raise ValueError(f"attention parameter head_dim_v must be >= 0 (0 = head_dim), got {self.head_dim_v}")
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 0:
+            raise ValueError(f"attention parameter window must be an integer >= 0 (0 = no sliding window), got "
+                             f"{self.window!r}")
+        if self.binding_window and not self.causal and self.seq_q > 1:
+            raise ValueError(f"a sliding window (window={self.window}) needs causal attention when seq_q > 1 "
+                             f"(seq_q={self.seq_q}); pass causal=True")
         if self.heads_q % self.heads_kv:
             divisors = [d for d in range(1, self.heads_q + 1) if self.heads_q % d == 0]
             raise ValueError(f"heads_q={self.heads_q} is not a multiple of heads_kv={self.heads_kv} (GQA/MQA "
@@ -98,20 +109,36 @@ class AttnShape:
     def group(self) -> int:
         return self.heads_q // self.heads_kv
 
+    @property
+    def binding_window(self) -> int:
+        """The sliding window when it is shorter than the K/V sequence, else 0 (a longer one never binds)."""
+        return self.window if 0 < self.window < self.seq_kv else 0
+
+    def key_range(self, row: int) -> tuple[int, int]:
+        """[first, end) of the keys query row `row` attends to (empty when first >= end)."""
+        if not self.causal and not self.binding_window:
+            return 0, self.seq_kv
+        end = max(0, min(self.seq_kv, row + 1 + self.seq_kv - self.seq_q))
+        first = max(0, end - self.binding_window) if self.binding_window else 0
+        return first, max(first, end)
+
     def visible(self, row: int) -> int:
         """Keys query row `row` attends to."""
-        if not self.causal:
-            return self.seq_kv
-        return max(0, min(self.seq_kv, row + 1 + self.seq_kv - self.seq_q))
+        first, end = self.key_range(row)
+        return end - first
 
     def score_pairs(self) -> int:
         """(query, key) pairs that are not masked, per batch and query head."""
-        if not self.causal:
+        if not self.causal and not self.binding_window:
             return self.seq_q * self.seq_kv
+        # row r sees ramp(r + 1 + off) keys up to its own, less ramp(r + 1 + off - window) left of the window
         off = self.seq_kv - self.seq_q
-        lo = max(0, -off)  # rows before `lo` see no key; row r >= lo sees r + 1 + off <= seq_kv keys
-        n = self.seq_q - lo
-        return n * (lo + 1 + off) + n * (n - 1) // 2
+        pairs = _ramp_sum(1 + off, self.seq_q)
+        return pairs - _ramp_sum(1 + off - self.binding_window, self.seq_q) if self.binding_window else pairs
+
+    def kv_read(self) -> int:
+        """Keys some query attends to: all of them, or under a window those from the first row's first key."""
+        return self.seq_kv - self.key_range(0)[0] if self.binding_window else self.seq_kv
 
     def flops(self) -> float:
         return 2.0 * self.batch * self.heads_q * self.score_pairs() * (self.head_dim + self.dv)
@@ -120,9 +147,17 @@ class AttnShape:
         """Compulsory DRAM traffic: Q, K, V read once, O written once (16-bit output)."""
         e = self.dtype.nbytes
         q = self.batch * self.heads_q * self.seq_q * self.head_dim * e
-        kv = self.batch * self.heads_kv * self.seq_kv * (self.head_dim + self.dv) * e
+        kv = self.batch * self.heads_kv * self.kv_read() * (self.head_dim + self.dv) * e
         o = self.batch * self.heads_q * self.seq_q * self.dv * 2
         return q + kv + o
+
+
+def _ramp_sum(c: int, n: int) -> int:
+    """sum of max(0, r + c) over r = 0 .. n - 1."""
+    if c >= 0:
+        return n * c + n * (n - 1) // 2
+    m = n + c  # rows with r + c >= 0 contribute 0, 1, .., m - 1
+    return m * (m - 1) // 2 if m > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,14 +276,30 @@ def mma_work_scale(variant: AttnVariant, hw: GpuProfile, dtype: DType) -> float:
 
 def kv_blocks(shape: AttnShape, bm: int, bn: int, m: int) -> tuple[int, int]:
     """(KV blocks query block `m` visits, how many of them need masking) for tiles of bm x bn."""
+    n, masked, _first = kv_span(shape, bm, bn, m)
+    return n, masked
+
+
+def kv_span(shape: AttnShape, bm: int, bn: int, m: int) -> tuple[int, int, int]:
+    """(KV blocks query block `m` visits, how many of them need masking, the first of them) for bm x bn tiles.
+
+    Causal: blocks up to the one holding the last row's last key. A sliding window also skips the blocks
+    left of the first row's first key, as FlashAttention's local masking does (n_block_min); blocks the
+    window's left edge crosses need the mask as those on the diagonal do."""
     total = math.ceil(shape.seq_kv / bn)
     ragged = shape.seq_kv % bn != 0
-    if not shape.causal:
-        return total, int(ragged)
-    last_row = min(shape.seq_q, (m + 1) * bm) - 1
-    n = math.ceil(shape.visible(last_row) / bn)
-    first_full = shape.visible(m * bm) // bn  # blocks entirely visible to the first row of the tile
-    masked = max(0, n - first_full)
-    if ragged and n == total and masked == 0:
+    if not shape.causal and not shape.binding_window:
+        return total, int(ragged), 0
+    r0, r1 = m * bm, min(shape.seq_q, (m + 1) * bm) - 1
+    end = shape.key_range(r1)[1]
+    start = shape.key_range(r0)[0]
+    hi = math.ceil(end / bn)
+    lo = min(start // bn, hi)
+    n = hi - lo
+    # blocks every row of the tile sees whole: keys [j*bn, (j+1)*bn) inside row r0's end and row r1's start
+    full_hi = min(shape.key_range(r0)[1], shape.seq_kv) // bn
+    full_lo = math.ceil(shape.key_range(r1)[0] / bn)
+    masked = n - max(0, min(full_hi, hi) - max(full_lo, lo))
+    if ragged and hi == total and masked == 0:
         masked = 1
-    return n, min(n, masked)
+    return n, min(n, masked), lo

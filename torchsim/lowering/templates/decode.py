@@ -65,7 +65,7 @@ def decode_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None,
         raise ValueError("Flash-Decoding follows the fa2 (sm80) or fa3 (sm90+) split-KV kernels; valid variants: "
                          "fa2, fa3")
     v = variant or (AttnVariant.FA2 if hw.arch is Arch.SM80 else AttnVariant.FA3)
-    base = default_config(replace(shape, causal=False), hw, v)
+    base = default_config(replace(shape, causal=False, window=0), hw, v)
     rows = shape.seq_q * shape.group
     bm = 64 if rows <= 64 or v is AttnVariant.FA2 else 128
     bn = 128 if 0 < page_size < base.bn and v is AttnVariant.FA3 else base.bn
@@ -93,7 +93,10 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     check_variant(cfg.variant, shape, hw)
     rows = shape.seq_q * shape.group
     mblocks = math.ceil(rows / cfg.bm)
-    n_blocks = math.ceil(shape.seq_kv / cfg.bn)
+    # a sliding window: the splits cover only the K/V blocks from the one holding the window's first key
+    first_block = shape.key_range(0)[0] // cfg.bn if shape.binding_window else 0
+    n_blocks = math.ceil(shape.seq_kv / cfg.bn) - first_block
+    head_masked = int(shape.binding_window > 0 and shape.key_range(0)[0] % cfg.bn != 0)
     packed = AttnShape(shape.batch, shape.heads_kv, shape.heads_kv, rows, shape.seq_kv, shape.head_dim,
                        shape.causal, shape.dtype, shape.dv)
     slots = hw.sms * occupancy(hw, threads(cfg), cfg.regs_per_thread, smem_bytes(cfg, packed))
@@ -107,9 +110,9 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
         for hk in range(shape.heads_kv):
             for sp in range(splits):
                 n = min(per, n_blocks - sp * per)
-                masked = tail_masked if sp == splits - 1 else 0
+                masked = (tail_masked if sp == splits - 1 else 0) + (head_masked if sp == 0 else 0)
                 for m in range(mblocks):
-                    table.append(((n, masked), (b, hk, m, sp * per, sp)))
+                    table.append(((n, min(n, masked)), (b, hk, m, first_block + sp * per, sp)))
     opts = {"q_head": "hk", "kv_base": "n0", "split": "sp" if splits > 1 else "",
             "kv_gather": 0 < page_size < cfg.bn, "pages": 0, "datapath_rows": datapath_rows(cfg.variant, hw),
             "tmem_accumulators": hw.tmem_bytes_per_sm.value > 0}
@@ -127,9 +130,11 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
              "bn": cfg.bn, "splits": splits, "blocks_per_split": per, "page_size": page_size,
              "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
              "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "dtype": shape.dtype.name.lower(),
-             "packed_rows": rows, "launches": 2 if splits > 1 else 1}
+             "packed_rows": rows, "launches": 2 if splits > 1 else 1,
+             **({"window": shape.binding_window} if shape.binding_window else {})}
+    window = f"_window{shape.binding_window}" if shape.binding_window else ""
     kernels = [KernelGraph(f"flash_decode_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}"
-                           f"_kv{shape.seq_kv}_d{shape.head_dim}_split{splits}", tuple(classes),
+                           f"_kv{shape.seq_kv}_d{shape.head_dim}{window}_split{splits}", tuple(classes),
                            flops=shape.flops(), dram_bytes=split_io, attrs=attrs)]
     if splits > 1:
         kernels.append(combine(out_rows, shape.dv, splits, OUT_DTYPE.get(shape.dtype, shape.dtype), hw))

@@ -9,7 +9,7 @@ import numpy as np
 
 from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, Unit, aff
 from torchsim.hwmodels.tensix.core import CircularBuffer, CoreCosts, check_l1
-from torchsim.hwmodels.tensix.formats import TILE_ELEMENTS, MathFidelity, check_format, tile_bytes, tiles
+from torchsim.hwmodels.tensix.formats import TILE_ELEMENTS, TILE_ROWS, MathFidelity, check_format, tile_bytes, tiles
 from torchsim.hwmodels.tensix.profiles import TensixProfile
 from torchsim.lowering.templates.tensix.matmul import parse_grid
 
@@ -86,10 +86,20 @@ def _flash_class(name: str, hw: TensixProfile, q_tiles: int, kv_tiles: int, hd_t
     return cls, flops * count
 
 
+def _window_tiles(window: int, seq_kv: int) -> int:
+    """A sliding window that binds (shorter than the K/V sequence), else 0; a bad window is named."""
+    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+        raise ValueError(f"sdpa window must be an integer >= 0 (0 = no sliding window), got {window!r}")
+    return window if window < seq_kv else 0
+
+
 def sdpa_prefill(batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int, causal: bool,
                  q_dt: DType, kv_dt: DType, hw: TensixProfile, *, fidelity: MathFidelity | str = "HiFi2",
-                 q_chunk: int = 256, grid: object = None) -> KernelGraph:
-    """Flash SDPA prefill: one CTA per (batch, head, Q chunk); causal Q chunk i reads K/V chunks 0..i."""
+                 q_chunk: int = 256, grid: object = None, window: int = 0) -> KernelGraph:
+    """Flash SDPA prefill: one CTA per (batch, head, Q chunk); causal Q chunk i reads K/V chunks 0..i.
+
+    `window` > 0 (a sliding window, causal): Q chunk i reads only the K/V tiles from the one holding its
+    first row's first key (row - window + 1) to its last row's last key."""
     for dt, what in ((q_dt, "Q"), (kv_dt, "K/V")):
         check_format(dt, f"sdpa prefill {what}")
     fid = MathFidelity.parse(fidelity)
@@ -98,28 +108,40 @@ def sdpa_prefill(batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_kv: in
     nq = -(-tiles(seq_q) // qc)
     hd = tiles(head_dim)
     classes, flops = [], 0.0
+    w = _window_tiles(window, seq_kv)
+    if w and not causal and seq_q > 1:
+        raise ValueError(f"a sliding window (window={window}) needs causal sdpa when seq_q > 1 (seq_q={seq_q})")
+    off = seq_kv - seq_q
     for i in range(nq):
         kv = min(tiles(seq_kv), (i + 1) * qc + tiles(seq_kv) - tiles(seq_q)) if causal else tiles(seq_kv)
+        if w:  # first key of the chunk's first row, in whole tiles
+            kv -= min(kv, max(0, i * qc * TILE_ROWS + off - w + 1) // TILE_ROWS)
         cls, f = _flash_class("sdpa", hw, qc, max(1, kv), hd, q_dt, kv_dt, fid, batch * heads_q, False)
         classes.append(cls)
         flops += f
-    dram = batch * (heads_q * (2 * seq_q) * head_dim * q_dt.nbytes + heads_kv * 2 * seq_kv * head_dim * kv_dt.nbytes)
+    kv_read = seq_kv - max(0, off - w + 1) if w else seq_kv
+    dram = batch * (heads_q * (2 * seq_q) * head_dim * q_dt.nbytes + heads_kv * 2 * kv_read * head_dim * kv_dt.nbytes)
     return KernelGraph("sdpa_prefill", tuple(classes), flops=flops, dram_bytes=dram,
                        attrs={"grid": (gx, gy), "fidelity": fid.label, "template": "tensix_flash_sdpa"})
 
 
 def flash_decode(batch: int, heads_q: int, heads_kv: int, seq_kv: int, head_dim: int, q_dt: DType, kv_dt: DType,
-                 hw: TensixProfile, *, fidelity: MathFidelity | str = "HiFi2", grid: object = None) -> KernelGraph:
-    """Flash-decode: each (batch, KV head) gets cores/(batch*heads_kv) cores splitting the KV length."""
+                 hw: TensixProfile, *, fidelity: MathFidelity | str = "HiFi2", grid: object = None,
+                 window: int = 0) -> KernelGraph:
+    """Flash-decode: each (batch, KV head) gets cores/(batch*heads_kv) cores splitting the KV length; under a
+    sliding window (`window` > 0) only the K/V tiles of the last `window` keys."""
     check_format(kv_dt, "flash decode K/V cache")
+    w = _window_tiles(window, seq_kv)
+    read = tiles(seq_kv) - (seq_kv - w) // TILE_ROWS if w else tiles(seq_kv)  # tiles from the window's first key
+    keys = w or seq_kv
     fid = MathFidelity.parse(fidelity)
     gx, gy = parse_grid(grid, hw)
     units = batch * heads_kv
-    split = max(1, min((gx * gy) // max(1, units), tiles(seq_kv)))
-    kv = -(-tiles(seq_kv) // split)
+    split = max(1, min((gx * gy) // max(1, units), read))
+    kv = -(-read // split)
     q_tiles = tiles(max(1, heads_q // heads_kv))  # the query heads of one KV group pad one tile row
     cls, flops = _flash_class("flash_decode", hw, q_tiles, kv, tiles(head_dim), q_dt, kv_dt, fid, units * split, True)
-    dram = batch * heads_kv * 2 * seq_kv * head_dim * kv_dt.nbytes + 2 * batch * heads_q * head_dim * q_dt.nbytes
-    return KernelGraph("flash_decode", (cls,), flops=4.0 * batch * heads_q * seq_kv * head_dim, dram_bytes=dram,
+    dram = batch * heads_kv * 2 * keys * head_dim * kv_dt.nbytes + 2 * batch * heads_q * head_dim * q_dt.nbytes
+    return KernelGraph("flash_decode", (cls,), flops=4.0 * batch * heads_q * keys * head_dim, dram_bytes=dram,
                        attrs={"grid": (gx, gy), "fidelity": fid.label, "template": "tensix_flash_decode",
                               "kv_split": split, "padded_flops": flops})

@@ -145,9 +145,11 @@ def _attention(call: KernelCall, hw: TensixProfile) -> KernelGraph:
     grid = call.p("grid", "") or None
     if call.kind is KernelKind.ATTENTION_DECODE:
         return flash_decode(call.p("batch"), call.p("heads_q"), call.p("heads_kv"), call.p("seq_kv"),
-                            call.p("head_dim"), call.dtype, kv, hw, fidelity=fid, grid=grid)
+                            call.p("head_dim"), call.dtype, kv, hw, fidelity=fid, grid=grid,
+                            window=call.p("window", 0))
     return sdpa_prefill(call.p("batch"), call.p("heads_q"), call.p("heads_kv"), call.p("seq_q"), call.p("seq_kv"),
-                        call.p("head_dim"), bool(call.p("causal", True)), call.dtype, kv, hw, fidelity=fid, grid=grid)
+                        call.p("head_dim"), bool(call.p("causal", True)), call.dtype, kv, hw, fidelity=fid, grid=grid,
+                        window=call.p("window", 0))
 
 
 TENSIX_TEMPLATES: dict[KernelKind, Builder] = {
