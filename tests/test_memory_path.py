@@ -60,7 +60,8 @@ def test_no_traffic_kind_beats_the_sustained_figure_and_what_ifs_move_them_all(n
 def _edges(kg, cls: int = 0) -> tuple[dict[str, int], set[tuple[int, int]]]:  # type: ignore[no-untyped-def]
     g = kg.classes[cls].graph
     names = {n: i for i, n in enumerate(g.node_names)}
-    data = {(int(s), int(d)) for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind, strict=True) if int(k) == int(Edge.DATA)}
+    data = {(int(s), int(d)) for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind, strict=True)
+            if int(k) == int(Edge.DATA)}
     return names, data
 
 
