@@ -93,3 +93,15 @@ def test_a100_pcie_is_the_sxm_die_on_a_smaller_board() -> None:
     assert gemv[1].time_s > gemv[0].time_s  # less HBM bandwidth
     profile = next(p for key, p, _ in HW_MAP if "NVIDIA A100 PCIe 40GB".find(key) >= 0)
     assert profile == "a100-pcie"
+
+
+def test_deepgemm_config_follows_its_selection_rules() -> None:
+    from torchsim.lowering.templates.gemm_config import DEEPGEMM_BLOCK_NS, deepgemm_config
+    hw = get_profile("h100-sxm")
+    big = deepgemm_config(4096, 7168, 2048, DType.FP8_E4M3, hw)
+    assert (big.bm, big.bk, big.pipeline) == (128, 128, Pipeline.WS_COOPERATIVE) and big.bn in DEEPGEMM_BLOCK_NS
+    # fewest waves first: N = 2112 at M = 128 fits one wave of 132 SMs only with BLOCK_N = 16
+    assert deepgemm_config(128, 2112, 7168, DType.FP8_E4M3, hw).bn == 16
+    assert big.smem_bytes(DType.FP8_E4M3) <= hw.smem_per_cta_bytes.value
+    with pytest.raises(ValueError, match="sm90 profile and an FP8 dtype"):
+        deepgemm_config(4096, 4096, 4096, DType.BF16, hw)
