@@ -105,3 +105,18 @@ def test_deepgemm_config_follows_its_selection_rules() -> None:
     assert big.smem_bytes(DType.FP8_E4M3) <= hw.smem_per_cta_bytes.value
     with pytest.raises(ValueError, match="sm90 profile and an FP8 dtype"):
         deepgemm_config(4096, 4096, 4096, DType.BF16, hw)
+
+
+def test_deepgemm_block_scales_sync_both_math_warp_groups_per_tile() -> None:
+    from dataclasses import replace
+
+    from torchsim.lowering.templates.gemm_config import deepgemm_config
+    hw = get_profile("h100-sxm")
+    cfg = deepgemm_config(4096, 32768, 512, DType.FP8_E4M3, hw)
+    assert cfg.block_scales
+    kg = gemm(4096, 32768, 512, DType.FP8_E4M3, hw, cfg)
+    names, data = _edges(kg)
+    assert (names["sts_scales_b[t1]"], names["mma0[t1,k0]"]) in data  # consumer1's scales gate consumer0
+    assert (names["store_C[t0]"], names["ldg_scales_b[t1]"]) in data  # the store drains before the next tile
+    plain = simulate(gemm(4096, 32768, 512, DType.FP8_E4M3, hw, replace(cfg, block_scales=False)), hw)
+    assert simulate(kg, hw).cycles > plain.cycles

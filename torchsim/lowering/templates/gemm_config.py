@@ -69,6 +69,9 @@ class GemmConfig:
     order_edges: bool = True  # False: ablation that drops ORDER edges (synchronisation, buffer reuse)
     raster_group: int = 8  # CTA rasterisation: column-major groups of this many M tiles (L2 locality)
     fp8_fast_accum: bool = False  # sm90 FP8: keep wgmma's reduced-precision accumulator (no FP32 promotion)
+    # sm90 FP8 with DeepGEMM's fine-grained scaling: per tile the math warp groups load the B scales (LDG ->
+    # shared memory) and synchronise before the mainloop, and store the tile once both have staged it
+    block_scales: bool = False
 
     def __post_init__(self) -> None:
         for name in ("bm", "bn", "bk", "stages", "b_split", "split_k", "warps", "raster_group"):
@@ -189,7 +192,8 @@ def deepgemm_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, groups
     legal_a = n % (bn * 2) == 0 and sms % 2 == 0
     legal_b = m % (bm * 2) == 0 and sms % 2 == 0
     multicast = 2 if m >= 512 and groups == 1 and (legal_a or legal_b) else 1
-    cfg = GemmConfig(bm, bn, 128, stages, Pipeline.WS_COOPERATIVE, persistent=True, b_split=multicast)
+    cfg = GemmConfig(bm, bn, 128, stages, Pipeline.WS_COOPERATIVE, persistent=True, b_split=multicast,
+                     block_scales=True)
     limit = float(hw.smem_per_cta_bytes.value)
     while cfg.stages > 2 and cfg.smem_bytes(dtype) > limit:
         cfg = replace(cfg, stages=cfg.stages - 1)

@@ -27,6 +27,7 @@ class GemmWriter:
     stage_loads: list[list[int]] = field(default_factory=list)  # per global stage: the loads filling it
     # per execution group: its last TMA store of C, whose shared-memory buffer that group reuses next
     last_store: dict[int, int] = field(default_factory=dict)
+    last_sts: dict[int, int] = field(default_factory=dict)  # per execution group: its last staging of C
 
     # -- operands -----------------------------------------------------------------------------------------
     def _load(self, group: int, tile: TileDesc, name: str, landed: float = 0.0) -> int:
@@ -98,6 +99,20 @@ class GemmWriter:
         self.b.data(mma, node)
         return node
 
+    def scales_b(self, group: int, t: int, k_blocks: int) -> int:
+        """DeepGEMM's per-tile B scales (one FP32 per 128 x 128 block of B; BLOCK_N up to 160 spans two rows of
+        them): the math warp group loads them from global memory into shared memory before its mainloop, once
+        its previous store has drained (the store's wait precedes it). Returns the shared-memory write."""
+        cfg = self.cfg
+        rows, cols = 1 if 128 % cfg.bn == 0 else 2, max(1, -(-k_blocks * cfg.bk // 128))
+        src = TileDesc(Space.GLOBAL, DType.FP32, (rows, cols), "scales_b", (aff(**{f"n{t}": 1}), aff()))
+        ld = self.b.node(group, Op.LDG, Unit.LDST, work=src.nbytes, tile=src, name=f"ldg_scales_b[t{t}]")
+        self._store_drained(group, ld)
+        dst = TileDesc(Space.SHARED, DType.FP32, (rows, cols), "scales_b_smem")
+        sts = self.b.node(group, Op.STS, Unit.LDST, work=dst.nbytes, tile=dst, name=f"sts_scales_b[t{t}]")
+        self.b.data(ld, sts)
+        return sts
+
     # -- epilogue -----------------------------------------------------------------------------------------
     def epilogue_nodes(self, group: int, t: int, rows: int, sub: int, parts: int, after: list[int],
                        tmem: bool = False, split: bool = False) -> tuple[int, int]:
@@ -142,6 +157,7 @@ class GemmWriter:
             staged = TileDesc(Space.SHARED, out_dtype, (rows, cfg.bn), "C_smem")
             sts = b.node(group, Op.STS, Unit.LDST, work=staged.nbytes, tile=staged, name=f"sts_C[t{t}]")
             self._store_drained(group, sts)
+            self.last_sts[group] = sts
             step(sts)
             step(b.node(group, Op.TMA_STORE, Unit.TMA, work=out.nbytes, tile=out, name=f"store_C[t{t}]"))
             self.last_store[group] = prev[0]
