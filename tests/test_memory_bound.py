@@ -50,13 +50,16 @@ def test_nothing_beats_its_roofline(gpu: str) -> None:
 
 
 @pytest.mark.parametrize("gpu", GPUS)
-def test_large_rmsnorm_and_silu_mul_reach_70_to_95_percent_of_hbm_peak(gpu: str) -> None:
+def test_large_rmsnorm_and_silu_mul_stream_near_the_measured_copy_rate(gpu: str) -> None:
+    """Read + write streams: at least ~90% of the profile's measured copy figure (H200's gpu-stream copy is 66% of
+    its peak), never above the sustained figure."""
     hw = get_profile(gpu)
-    peak = float(hw.dram_peak_bytes_per_s.value)
+    copy = float(hw.dram_copy_bytes_per_s.value) * hw.dram_bytes_per_s_value / max(
+        float(hw.dram_read_bytes_per_s.value), float(hw.dram_write_bytes_per_s.value))
     for kg in (rmsnorm(8192, 4096, DType.BF16, hw), silu_mul(4096, 14336, DType.BF16, hw)):
         res = simulate(kg, hw)
-        share = kg.dram_bytes / res.time_s / peak
-        assert 0.70 <= share <= 0.95, f"{kg.name} on {gpu}: {100 * share:.1f}% of HBM peak"
+        rate = kg.dram_bytes / res.time_s
+        assert 0.88 * copy <= rate <= hw.dram_bytes_per_s_value * 1.0001, f"{kg.name} on {gpu}: {rate / 1e12:.2f} TB/s"
         assert res.bound == "DRAM bandwidth"
 
 

@@ -1,4 +1,4 @@
-"""GPU hardware profiles: A100 SXM, H100 SXM, H200, B200, each number a Quantity with its source.
+"""GPU hardware profiles: A100 SXM, A100 PCIe, H100 SXM, H200, B200, each number a Quantity with its source.
 
 Each generation is composed from the previous one with `dataclasses.replace` (H200 = H100 + HBM3e; B200 =
 Hopper + tcgen05/TMEM and its own figures), never copied. Sources name the row of ../shared/hardware/facts.csv
@@ -79,8 +79,8 @@ class GpuProfile:
     # the CTA's mbarriers in shared memory before the first load; their cost comes from the memory model.
     tensormap_bytes: Quantity  # one TMA tensor-map descriptor (CUtensorMap), read in a TMA kernel's prologue
     mbarrier_bytes: Quantity  # one mbarrier object in shared memory, written by mbarrier.init in the prologue
-    # achievable DRAM bandwidth by traffic kind (STREAM-style); the engine's one DRAM server still serves all
-    # traffic at dram_bytes_per_s (see docs/architecture.md §3 for how it should use these)
+    # achievable DRAM bandwidth by traffic kind (STREAM-style); the engine serves each kind, and the read/write
+    # mix, at its share of dram_bytes_per_s (torchsim.sim.memory.dram_server; docs/architecture.md §3)
     dram_read_bytes_per_s: Quantity  # read-only stream
     dram_write_bytes_per_s: Quantity  # write-only stream
     dram_copy_bytes_per_s: Quantity  # one read + one write stream, every byte moved counted
@@ -268,8 +268,9 @@ a100_sxm = GpuProfile(
     l2_bytes_per_s=measured(5.4e12, "B/s", fact(A100, "memory.l2_bandwidth_measured")),
     l2_latency_cycles=measured(210, "cycles", "published_dev.csv UBENCH-007"),
     dram_peak_bytes_per_s=doc(2.039e12, "B/s", fact(A100, "memory.hbm_bandwidth_peak")),
-    dram_bytes_per_s=measured(1.80e12, "B/s", fact(A100, "memory.hbm_bandwidth_measured_stream") +
-                              " (mean of 1.88 write / 1.77 read stream)"),
+    dram_bytes_per_s=measured(1.88e12, "B/s", fact(A100, "memory.hbm_bandwidth_measured_stream") +
+                              " (the better single-kind stream, 1.88 write; 1.77 read: the engine serves each kind "
+                              "at its stream's share of this, torchsim.sim.memory.dram_server)"),
     dram_latency_cycles=measured(550, "cycles", "published_dev.csv UBENCH-008"),
     dram_bytes=doc(80e9, "B", fact(A100, "memory.hbm_capacity")),
     tensormap_bytes=doc(0, "B", fact(A100, "async.tma") + " (no TMA on sm80: no tensor maps)"),
@@ -513,4 +514,24 @@ b200 = replace(
                                          "#1059)"),
 )
 
-GPU_PROFILES: dict[str, GpuProfile] = {p.name: p for p in (a100_sxm, h100_sxm, h200, b200)}
+# -- A100 PCIe 40GB (issue 12): the same GA100 die and clocks as the SXM part on a 250 W board with 40 GB HBM2 --
+# (published rows measured on 'NVIDIA A100-PCIE-40GB' ran on the 400 W SXM profile before: too fast under load)
+A100_PCIE_SPECS = ("thundercompute.com/blog/nvidia-a100-specs-full-guide 'A100 Specifications' table, column "
+                   "'A100 PCIe 40GB' (secondary, reproduces NVIDIA's A100 40GB PCIe product brief PB-10137-001)")
+A100_40_STREAM = GPU_BENCHES + " gpu-stream/a100_40.txt (1024-thread-block row; fixed_costs.md §2)"
+a100_pcie = replace(
+    a100_sxm,
+    name="a100-pcie", description="NVIDIA A100 PCIe 40GB (GA100, sm80; 250 W board, HBM2)",
+    dram_peak_bytes_per_s=doc(1.555e12, "B/s", A100_PCIE_SPECS + ": memory bandwidth 1,555 GB/s"),
+    dram_bytes_per_s=measured(1.503e12, "B/s", A100_40_STREAM + ": the better single-kind stream, 1503 GB/s "
+                              "write (init; read 1490 GB/s)"),
+    dram_read_bytes_per_s=measured(1.490e12, "B/s", A100_40_STREAM + ": read"),
+    dram_write_bytes_per_s=measured(1.503e12, "B/s", A100_40_STREAM + ": init (write-only)"),
+    dram_copy_bytes_per_s=measured(1.381e12, "B/s", A100_40_STREAM + ": scale (1 load + 1 store stream)"),
+    dram_bytes=doc(40e9, "B", A100_PCIE_SPECS + ": 40GB HBM2"),
+    power_limit_w=doc(250, "W", A100_PCIE_SPECS + ": TDP 250 W"),
+    static_power_w=measured(40, "W", "A100 40GB idle ~40 W, Hacker News comments (hackernews4u.vercel.app/item/"
+                            "48247005; anecdotal, " + POWER_NOTES + " §3)"),
+)
+
+GPU_PROFILES: dict[str, GpuProfile] = {p.name: p for p in (a100_sxm, a100_pcie, h100_sxm, h200, b200)}

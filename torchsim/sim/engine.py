@@ -22,7 +22,7 @@ from torchsim.sim.clusters import ClusterMixin, dsmem_nodes
 from torchsim.sim.issue import PICK_GTO, PICK_OLDEST, PICK_RR, PICK_SORT, IssueMixin
 from torchsim.sim.l1 import L1Cache, l1_capacity
 from torchsim.sim.loop import event_loop
-from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin
+from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin, dram_server
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, current_default, get_policy
 from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, R_QUEUE, Prepared, full_sps, prepare
@@ -77,7 +77,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.memsys = make_mem(kernel) if make_mem is not None else None
         self.l2 = LruCache(float(hw.l2_bytes.value) if self.memsys is None else 0.0)
         self.l2srv = BandwidthServer("l2", float(hw.l2_bytes_per_s.value) / clk if self.memsys is None else 1.0)
-        self.dram = BandwidthServer("dram", hw.dram_bytes_per_s_value / clk)
+        self.dram = dram_server(hw, clk)
         self.tma_lat = 0
         if self.memsys is None:
             self.l2_lat = int(hw.l2_latency_cycles.value)

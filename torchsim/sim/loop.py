@@ -45,7 +45,7 @@ def event_loop(eng: Any) -> int:
     l2_touch = l2lines.move_to_end
     l2_evict = l2lines.popitem
     l2srv = eng.l2srv
-    dram_serve = eng.dram.serve
+    dram_serve = eng.dram.serve_kind  # DramServer: the cost per byte depends on the read/write mix
     l2_lat = getattr(eng, "l2_lat", 0)
     dram_lat = getattr(eng, "dram_lat", 0)
     full = eng.full
@@ -412,12 +412,12 @@ def event_loop(eng: Any) -> int:
                             if l2_end > end:  # max(front end, L2[, DRAM]) without the slow builtin
                                 end = l2_end
                             if kind == K_WRITE:
-                                dram_serve(t, work)  # write-back traffic; the store completes at L2
+                                dram_serve(t, work, True)  # write-back traffic; the store completes at L2
                                 lat = l2_lat
                             elif hit:
                                 lat = l2_lat
                             else:
-                                x = dram_serve(t, work)
+                                x = dram_serve(t, work, False)
                                 if x > end:
                                     end = x
                                 lat = dram_lat

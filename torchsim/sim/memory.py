@@ -12,11 +12,29 @@ import math
 from typing import Any
 
 from torchsim.sim.l1 import L1Cache, tile_lines
-from torchsim.sim.resources import Pipeline
+from torchsim.sim.resources import DramServer, Pipeline
 from torchsim.sim.state import CtaState
 
 # how the engine serves a node (precomputed per node of a CTA class)
 K_SYNC, K_PIPE, K_READ, K_WRITE, K_LDG, K_REMOTE = 0, 1, 2, 3, 4, 5
+
+
+def dram_server(hw: Any, clk: float) -> DramServer:
+    """The DRAM server of `hw` at clock `clk`. `dram_bytes_per_s` is the sustained ceiling: the better of the
+    profile's read-only and write-only stream figures runs at it, the other kind and the read/write mix (the copy
+    figure) at their measured ratios to it, so a what-if or calibration that moves `dram_bytes_per_s` moves every
+    kind with it and no traffic mix beats the sustained figure (the roofline). A profile without stream figures
+    serves every byte at the sustained figure; the mix window is the profile's DRAM latency (requests that close
+    are in the memory system together)."""
+    s = float(hw.dram_bytes_per_s_value) / clk
+    kinds = [getattr(hw, f, None) for f in ("dram_read_bytes_per_s", "dram_write_bytes_per_s",
+                                            "dram_copy_bytes_per_s")]
+    if any(q is None for q in kinds):
+        return DramServer("dram", s, s, s, 1.0)
+    rd, wr, cp = (float(q.value) for q in kinds)  # type: ignore[union-attr]
+    ref = max(rd, wr)
+    lat = getattr(hw, "dram_latency_cycles", None)
+    return DramServer("dram", s * rd / ref, s * wr / ref, s * cp / ref, float(lat.value) if lat is not None else 1.0)
 
 
 class MemoryMixin:

@@ -86,6 +86,59 @@ class BandwidthServer:
         return self.free_at
 
 
+class DramServer(BandwidthServer):
+    """The chip's DRAM: a FIFO server whose cost per byte depends on the traffic mix (bus turnaround).
+
+    A read-only stream moves `read_bpc` bytes per cycle, a write-only stream `write_bpc`; a copy (one read and
+    one write stream, every byte counted) only `copy_bpc`: each read/write pair costs `2/copy_bpc`, more than
+    `1/read_bpc + 1/write_bpc` by the turnaround `delta`. A byte pays its own kind's cost plus `delta` times the
+    share of the other kind in the traffic served over the last `window` cycles (byte counts decaying with that
+    time constant), so a copy streams at the copy rate, a pure stream at its own, and a read stream with a few
+    writes pays in proportion to the writes. `serve` (kind unknown) charges the read cost.
+    """
+
+    __slots__ = ("read_cost", "write_cost", "delta", "window", "recent_r", "recent_w", "last_t")
+
+    def __init__(self, name: str, read_bpc: float, write_bpc: float, copy_bpc: float, window: float) -> None:
+        if min(read_bpc, write_bpc, copy_bpc) <= 0:
+            raise ValueError(f"server {name!r}: read, write and copy bandwidths must be > 0")
+        super().__init__(name, max(read_bpc, write_bpc))
+        self.read_cost = 1.0 / read_bpc
+        self.write_cost = 1.0 / write_bpc
+        self.delta = max(0.0, 2.0 / copy_bpc - self.read_cost - self.write_cost)
+        self.window = max(1.0, window)
+        self.recent_r = 0.0
+        self.recent_w = 0.0
+        self.last_t = 0
+
+    def serve_kind(self, t: int, nbytes: float, write: bool) -> float:
+        """Queue a read (or write-back) of `nbytes` arriving at `t`; returns when its last byte has passed."""
+        if self.delta:
+            if t > self.last_t:
+                decay = math.exp((self.last_t - t) / self.window)
+                self.recent_r *= decay
+                self.recent_w *= decay
+                self.last_t = t
+            r, w = self.recent_r, self.recent_w
+            other = r if write else w
+            mix = self.delta * other / (r + w + nbytes)
+            if write:
+                self.recent_w = w + nbytes
+            else:
+                self.recent_r = r + nbytes
+        else:
+            mix = 0.0
+        start = t if t > self.free_at else self.free_at
+        dur = nbytes * ((self.write_cost if write else self.read_cost) + mix)
+        self.free_at = start + dur
+        self.bytes += nbytes
+        self.busy_cycles += dur
+        return self.free_at
+
+    def serve(self, t: int, nbytes: float) -> float:
+        return self.serve_kind(t, nbytes, False)
+
+
 class LruCache:
     """Fully associative LRU over tiles: a tile key hits when the same tile is still resident."""
 

@@ -14,14 +14,16 @@ power-limited sustained clock). The end-to-end serving rows are in e2e.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torchsim.hwmodels import get_profile
+from torchsim.hwmodels.gpu import Arch
 from torchsim.lowering.templates import gemm
 from torchsim.lowering.templates.attention import attention
 from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant
 from torchsim.lowering.templates.decode import flash_mla
+from torchsim.lowering.templates.gemm_config import deepgemm_config
 from torchsim.lowering.templates.grouped_gemm import grouped_gemm, load_balance
 from torchsim.sim import KernelResult
 from torchsim.sim.sustained import simulate_sustained
@@ -113,6 +115,8 @@ def _gemm(r: Row, hw: Any, quick: bool, tune: bool = False) -> Device | Skip:
     if tune:  # simulated autotuning: the fastest of a bounded set of valid configurations (the default among them)
         from torchsim.lowering.templates.tune import tune_gemm
         cfg = tune_gemm(m, n, k, dtype, hw, batch, shared_b=False, sim=simulate_kernel).best
+    elif "deepgemm" in r.workload.lower() and dtype.is_fp8 and hw.arch is Arch.SM90:
+        cfg = deepgemm_config(m, n, k, dtype, hw)  # the row's library picks its tiles by its own rules
     res = simulate_kernel(gemm(m, n, k, dtype, hw, cfg, batch=batch, shared_b=False), hw)
     dt = dtype.name.lower()
     return Device(f"{hw.name} {dt}", ((res.time_s, res.flops, res.dram_bytes),), res.bound,
@@ -189,8 +193,14 @@ def _moe(r: Row, hw: Any, quick: bool) -> Device | Skip:
         return Skip(f"hardware {r.hardware!r} or shape {p} not modelled")
     if quick and 2.0 * groups * m * n * k > QUICK_FLOPS:
         return Skip("quick", quiet=True)
-    res = simulate_kernel(grouped_gemm((m,) * groups, n, k, dtype, hw), hw)
     layout, dt = layout_of(r.workload), dtype.name.lower()
+    cfg = None
+    if "deepgemm" in r.workload.lower() and dtype.is_fp8 and hw.arch is Arch.SM90:  # its own tile selection: the
+        # contiguous layout picks for all rows as one GEMM, the masked one per group (no multicast across experts)
+        whole = layout == "contiguous"
+        cfg = replace(deepgemm_config(groups * m if whole else m, n, k, dtype, hw, 1 if whole else groups),
+                      b_split=1)
+    res = simulate_kernel(grouped_gemm((m,) * groups, n, k, dtype, hw, cfg), hw)
     tail = load_balance(res).get("tail_idle_share", 0.0)
     return Device(f"{hw.name} {dt} {layout}", ((res.time_s, res.flops, res.dram_bytes),), res.bound,
                   (dt, layout, f"{groups}x{m}x{n}x{k}"), extra=f"{100 * tail:.0f}%")

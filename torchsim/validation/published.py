@@ -1,7 +1,7 @@
 """Read published measurements and score predictions against them (MAPE per group).
 
 Hardware names in the file are mapped to torchsim profiles; each mapping that is a proxy says so (an H800 is
-an H100 SXM for single-GPU kernels; an A100 PCIe 40GB runs on the A100 SXM profile, a faster part).
+an H100 SXM for single-GPU kernels; an A100 PCIe 40GB has its own profile, a100-pcie).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ HW_MAP = (  # (substring of the row's hardware, profile, note)
     ("Hopper", "h100-sxm", "Hopper SKU not stated; H100 SXM assumed"),
     ("H200", "h200", ""),
     ("B200", "b200", ""),
-    ("A100 PCIe", "a100-sxm", "PCIe 250 W part on the SXM profile (proxy: faster clocks under load, more bandwidth)"),
+    ("A100 PCIe", "a100-pcie", ""),
     ("A100", "a100-sxm", ""),
 )
 

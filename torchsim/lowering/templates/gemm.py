@@ -174,18 +174,25 @@ def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
             w.stage(pair)
             stage_loads.append(pair)
         lasts = []
+        # DeepGEMM's block-scaled FP8: both math warp groups load the tile's B scales, then synchronise (a named
+        # barrier) before either starts its mainloop
+        scales = [w.scales_b(cg, t, kt) for cg in consumers] if cfg.block_scales and w.promotes else []
+        stores = []
         for c, cg in enumerate(consumers):
-            prev_mma = _consumer_mainloop(w, cg, c, t, stage_loads, g)
+            prev_mma = _consumer_mainloop(w, cg, c, t, stage_loads, g, after=scales)
             lasts.append(prev_mma)
             if not three:
-                w.epilogue_nodes(cg, t, cfg.bm // 2, c, 2, [prev_mma], split=split)
+                stores.append(w.epilogue_nodes(cg, t, cfg.bm // 2, c, 2, [prev_mma], split=split)[1])
+        if scales and len(stores) == 2 and cfg.order_edges:  # DeepGEMM stores the tile once both staged it
+            b.data(w.last_sts[consumers[1]], stores[0])
+            b.data(w.last_sts[consumers[0]], stores[1])
         if three:
             w.epilogue_nodes(epi_group, t, cfg.bm, 0, 1, lasts, split=split)
         g += kt
 
 
 def _consumer_mainloop(w: GemmWriter, cg: int, c: int, t: int, stage_loads: list[list[int]], g: int,
-                       token: int = -1) -> int:
+                       token: int = -1, after: list[int] | None = None) -> int:
     """One consumer warp group's wgmma loop over a tile (half): each MMA waits for its stage's loads; with
     wgmma.wait<1> the previous stage is released once its MMA completed. `token`: an MMA of the other consumer
     that must have issued before this mainloop starts (ping-pong). Returns the last MMA."""
@@ -200,6 +207,9 @@ def _consumer_mainloop(w: GemmWriter, cg: int, c: int, t: int, stage_loads: list
             w.promote(cg, mma, rows, f"promote{c}[t{t},k{i}]")
         if i == 0 and token >= 0 and cfg.order_edges:
             b.order(token, mma)  # the other consumer's mainloop has issued its last MMA
+        if i == 0 and after:
+            for node in after:  # the tile's set-up every consumer synchronises on (block scales)
+                b.data(node, mma)
         if prev >= 0:
             _release(w, cg, c, t, i - 1, prev, g)
         prev = mma

@@ -69,6 +69,9 @@ class GemmConfig:
     order_edges: bool = True  # False: ablation that drops ORDER edges (synchronisation, buffer reuse)
     raster_group: int = 8  # CTA rasterisation: column-major groups of this many M tiles (L2 locality)
     fp8_fast_accum: bool = False  # sm90 FP8: keep wgmma's reduced-precision accumulator (no FP32 promotion)
+    # sm90 FP8 with DeepGEMM's fine-grained scaling: per tile the math warp groups load the B scales (LDG ->
+    # shared memory) and synchronise before the mainloop, and store the tile once both have staged it
+    block_scales: bool = False
 
     def __post_init__(self) -> None:
         for name in ("bm", "bn", "bk", "stages", "b_split", "split_k", "warps", "raster_group"):
@@ -141,4 +144,57 @@ def fit_config(cfg: GemmConfig, m: int, n: int, k: int, dtype: DType, hw: GpuPro
         cfg = replace(cfg, split_k=max(1, split))
     if cfg.b_split > 1 and math.ceil(m / cfg.bm) < cfg.b_split:
         cfg = replace(cfg, b_split=1)
+    return cfg
+
+
+# DeepGEMM's own tile selection for its sm90 FP8 GEMMs (deep_gemm/jit_kernels/gemm.py get_best_configs at
+# deepseek-ai/DeepGEMM 55ab91f, the commit of its published performance table): BLOCK_K 128, BLOCK_M 64 for
+# M <= 64 else 128, BLOCK_N from 16..128 (step 8), 144, 160; the pipeline as deep as the 232448-byte sm90 shared
+# memory allows (8..4 stages, with the output staging tile); TMA multicast 2 when M >= 512 and the shape allows.
+DEEPGEMM_BLOCK_NS = tuple(range(16, 129, 8)) + (144, 160)
+DEEPGEMM_SMEM = 232448
+
+
+def deepgemm_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, groups: int = 1) -> GemmConfig:
+    """The configuration DeepGEMM picks for an FP8 GEMM (or `groups` masked/contiguous grouped GEMMs): fewest
+    waves, then the fullest last wave, then the smaller BLOCK_N; the deepest pipeline that fits. Its BLOCK_M 128
+    kernel is a persistent TMA producer warp group + two math warp groups (ws-cooperative); M <= 64 keeps the
+    default configuration. DeepGEMM multicasts A or B, whichever side is legal first; the template shares B only,
+    so a multicast of either side is modelled as B's (the same L2 saving for the similar A and B tiles that
+    BLOCK_N ~ BLOCK_M gives)."""
+    if hw.arch is not Arch.SM90 or not dtype.is_fp8:
+        raise ValueError(f"deepgemm_config: DeepGEMM's sm90 FP8 kernels need an sm90 profile and an FP8 dtype, got "
+                         f"{hw.name} ({hw.arch.value}) and {dtype.name}")
+    if m <= 64:  # DeepGEMM's 64-row kernel (a producer + one math warp group) has no template of its own here:
+        return default_config(m, n, k, dtype, hw)  # the default small-M tiles on the naive 2-stage kernel stand in
+    sms = hw.sms
+    bm = 128
+
+    def waves(bn: int) -> tuple[int, int]:
+        tiles = math.ceil(m / bm) * math.ceil(n / bn) * groups
+        last = tiles % sms or sms
+        return math.ceil(tiles / sms), last
+
+    best = DEEPGEMM_BLOCK_NS[0]
+    for bn in DEEPGEMM_BLOCK_NS[1:]:
+        (w, u), (bw, bu) = waves(bn), waves(best)
+        if w < bw or (w == bw and u > bu):
+            best = bn
+    bn = best
+    stages = 4
+    candidates = (4,) if 128 % bn and 128 // math.gcd(128, bn) <= 4 else (8, 7, 6, 5, 4)
+    for s in candidates:
+        smem = (bm * bn * 2 + s * (bm * 128 + bm * 4 + bn * 128) + math.ceil(
+            math.ceil(k / 128) * 4 * (1 if 128 % bn == 0 else 2) / 8) * 8 + s * 16)
+        if smem <= DEEPGEMM_SMEM:
+            stages = s
+            break
+    legal_a = n % (bn * 2) == 0 and sms % 2 == 0
+    legal_b = m % (bm * 2) == 0 and sms % 2 == 0
+    multicast = 2 if m >= 512 and groups == 1 and (legal_a or legal_b) else 1
+    cfg = GemmConfig(bm, bn, 128, stages, Pipeline.WS_COOPERATIVE, persistent=True, b_split=multicast,
+                     block_scales=True)
+    limit = float(hw.smem_per_cta_bytes.value)
+    while cfg.stages > 2 and cfg.smem_bytes(dtype) > limit:
+        cfg = replace(cfg, stages=cfg.stages - 1)
     return cfg

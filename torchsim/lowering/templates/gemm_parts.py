@@ -25,6 +25,9 @@ class GemmWriter:
     datapath_rows: int = 1  # MMA rows that fill the tensor datapath (profile's tensor_datapath_rows)
     slot_users: list[list[int]] = field(default_factory=list)  # per global stage: nodes freeing its slot
     stage_loads: list[list[int]] = field(default_factory=list)  # per global stage: the loads filling it
+    # per execution group: its last TMA store of C, whose shared-memory buffer that group reuses next
+    last_store: dict[int, int] = field(default_factory=dict)
+    last_sts: dict[int, int] = field(default_factory=dict)  # per execution group: its last staging of C
 
     # -- operands -----------------------------------------------------------------------------------------
     def _load(self, group: int, tile: TileDesc, name: str, landed: float = 0.0) -> int:
@@ -69,7 +72,20 @@ class GemmWriter:
         b_cols = cols if self.multicast_b else cols / self.cfg.b_split
         operands = (rows + b_cols) * self.cfg.bk * self.dtype.nbytes if smem_operands else 0.0
         work = mma_datapath_flop(rows, cols, self.cfg.bk, self.datapath_rows)
-        return self.b.node(group, Op.MMA, Unit.TENSOR, work=work, name=name, smem_bytes=operands)
+        node = self.b.node(group, Op.MMA, Unit.TENSOR, work=work, name=name, smem_bytes=operands)
+        self._store_drained(group, node)
+        return node
+
+    def _store_drained(self, group: int, node: int) -> None:
+        """`node` of `group` waits until the group's last TMA store of C has read its shared-memory buffer out
+        (`cp.async.bulk.wait_group.read`). A warp group that runs its own epilogue (sm90) waits before its next
+        wgmma: DeepGEMM's sm90 kernels wait for the store right after issuing it, and CUTLASS's sm90 TMA epilogue
+        reuses its few sub-tile buffers, so its epilogue loop advances at the pace the stores drain. A dedicated
+        epilogue group (sm100) waits before it stages the next tile into the buffer. How fast a store drains is
+        the memory model's: the SM's TMA front end and the chip's L2 (with its write-back, torchsim.sim.loop)."""
+        prev = self.last_store.pop(group, None)
+        if prev is not None and self.cfg.order_edges:
+            self.b.data(prev, node)
 
     @property
     def promotes(self) -> bool:
@@ -82,6 +98,20 @@ class GemmWriter:
         node = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=2.0 * rows * self.cfg.bn, name=name)
         self.b.data(mma, node)
         return node
+
+    def scales_b(self, group: int, t: int, k_blocks: int) -> int:
+        """DeepGEMM's per-tile B scales (one FP32 per 128 x 128 block of B; BLOCK_N up to 160 spans two rows of
+        them): the math warp group loads them from global memory into shared memory before its mainloop, once
+        its previous store has drained (the store's wait precedes it). Returns the shared-memory write."""
+        cfg = self.cfg
+        rows, cols = 1 if 128 % cfg.bn == 0 else 2, max(1, -(-k_blocks * cfg.bk // 128))
+        src = TileDesc(Space.GLOBAL, DType.FP32, (rows, cols), "scales_b", (aff(**{f"n{t}": 1}), aff()))
+        ld = self.b.node(group, Op.LDG, Unit.LDST, work=src.nbytes, tile=src, name=f"ldg_scales_b[t{t}]")
+        self._store_drained(group, ld)
+        dst = TileDesc(Space.SHARED, DType.FP32, (rows, cols), "scales_b_smem")
+        sts = self.b.node(group, Op.STS, Unit.LDST, work=dst.nbytes, tile=dst, name=f"sts_scales_b[t{t}]")
+        self.b.data(ld, sts)
+        return sts
 
     # -- epilogue -----------------------------------------------------------------------------------------
     def epilogue_nodes(self, group: int, t: int, rows: int, sub: int, parts: int, after: list[int],
@@ -125,8 +155,12 @@ class GemmWriter:
                        (aff(sub, **{f"m{t}": parts}), aff(**{f"n{t}": 1})))
         if self.async_copy:
             staged = TileDesc(Space.SHARED, out_dtype, (rows, cfg.bn), "C_smem")
-            step(b.node(group, Op.STS, Unit.LDST, work=staged.nbytes, tile=staged, name=f"sts_C[t{t}]"))
+            sts = b.node(group, Op.STS, Unit.LDST, work=staged.nbytes, tile=staged, name=f"sts_C[t{t}]")
+            self._store_drained(group, sts)
+            self.last_sts[group] = sts
+            step(sts)
             step(b.node(group, Op.TMA_STORE, Unit.TMA, work=out.nbytes, tile=out, name=f"store_C[t{t}]"))
+            self.last_store[group] = prev[0]
         else:
             step(b.node(group, Op.STG, Unit.LDST, work=out.nbytes, tile=out, name=f"store_C[t{t}]"))
         return first[0], prev[0]
