@@ -90,15 +90,21 @@ def _hf_config(transformers: Any, data: dict[str, Any]) -> Any:
 
 
 def build_hf_family(cfg: HFDecoderConfig) -> Any:
-    """The family's HF `*ForCausalLM` (SDPA attention) in bf16 on the current device, as torchsim segments."""
+    """The family's HF `*ForCausalLM` in bf16 on the current device, as torchsim segments: SDPA attention, or
+    `torchsim::attention` (lowering.attention_ops) for families transformers runs only with eager attention."""
     import torch
 
     from torchsim.models.hf import enable_sdpa_gqa, require_transformers
-    from torchsim.models.hf_segments import HFSegmented
+    from torchsim.models.hf_segments import FUSED_ATTENTION, HFSegmented, register_fused_attention
 
     transformers = require_transformers()
     hf_cfg = _hf_config(transformers, json.loads(cfg.hf_json))
-    hf_cfg._attn_implementation = "sdpa"
+    model_class = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(hf_cfg)]
+    if getattr(model_class, "_supports_sdpa", True):
+        hf_cfg._attn_implementation = "sdpa"
+    else:  # eager-only attention (Gemma-2's soft-capping, gpt-oss's sinks): one fused attention op, as served
+        register_fused_attention()
+        hf_cfg._attn_implementation = FUSED_ATTENTION
     if any(getattr(hf_cfg, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
         hf_cfg._experts_implementation = "grouped_mm"  # MoE families: one grouped GEMM per expert projection
     enable_sdpa_gqa()
