@@ -262,3 +262,32 @@ def test_the_fused_attention_op_is_the_eager_math() -> None:
     assert not torch.allclose(capped, plain, atol=1e-3)
     sunk = attention_reference(q, k, v, torch.full((4,), 30.0), 0.3, True, 0.0, 0)  # a large sink takes the mass
     assert sunk.abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_mla_as_served_computes_what_the_hf_attention_computes(q_len: int) -> None:
+    """torchsim's MLA forward (decode: absorbed W_UK/W_UV over the latent cache; prefill: decompressed MHA)
+    equals DeepSeek-V2's own eager attention on real tensors (positions at 0, where both rotary layouts are the
+    identity)."""
+    import torch
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2Attention
+
+    from torchsim.models.hf_segments import _LayerCache, _mla_forward
+
+    cfg = AutoConfig.for_model("deepseek_v2", hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                               kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=16,
+                               v_head_dim=8, num_hidden_layers=1, vocab_size=64, rope_scaling=None)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    attn = DeepseekV2Attention(cfg, 0).float()
+    for p in attn.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    past = 5 if q_len == 1 else 0
+    x = torch.randn(2, q_len, 64)
+    c_kv, k_pe = torch.randn(2, 1, past, 32), torch.randn(2, 1, past, 16)
+    mask = torch.full((q_len, past + q_len), float("-inf")).triu(past + 1)[None, None]
+    want, _ = DeepseekV2Attention.forward(attn, x, attention_mask=mask, cache=_LayerCache(c_kv, k_pe),
+                                          position_embeddings=torch.ones(2, q_len, 8, dtype=torch.complex64))
+    got, _ = _mla_forward(attn, x, cache=_LayerCache(c_kv, k_pe),
+                          position_embeddings=(torch.ones(2, q_len, 16), torch.zeros(2, q_len, 16)))
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)

@@ -439,6 +439,33 @@ class BetweenGroupedGemms(Pattern):
                 yield Match(tuple(left))
 
 
+@dataclass(frozen=True)
+class CastRouterGemm(Pattern):
+    """A router GEMM whose code casts its activations and weight to fp32 first (DeepSeek-V2/V3's TopkRouter):
+    serving runtimes run it on the model-dtype operands with an fp32 result (vLLM's DeepSeek gate is a
+    ReplicatedLinear in the model dtype; SGLang's dsv3_router_gemm reads bf16 and writes fp32), so the casts
+    and the GEMM are one GEMM in the operands' own dtype."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        for n in g.nodes:
+            if (n.target is not aten.linear.default or n.name in taken
+                    or not n.module_type.endswith(("TopkRouter", "TopKRouter"))):
+                continue
+            casts = [c for x in n.inputs[:2] if (c := g.producer(through_views(g, x))) is not None
+                     and c.target in _CASTS and c.name not in taken and not escapes(g, c, {n.name})]
+            if casts:
+                taken |= {n.name, *(c.name for c in casts)}
+                yield Match((*casts, n))
+
+
+def build_cast_router_gemm(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    gemm = m.nodes[-1]
+    x, w = gemm.in_specs[0], gemm.in_specs[1]
+    dtype = min((c.in_specs[0].dtype for c in m.nodes[:-1]), key=lambda d: d.nbytes)
+    k = w.shape[-1]
+    return [ctx.call(KernelKind.GEMM, [gemm], dtype, m=x.numel // k, n=w.shape[0], k=k, epilogue="none")]
+
+
 def _is_tanh_gelu(n: OpNode) -> bool:
     return n.target is aten.gelu.default
 
@@ -471,6 +498,7 @@ def build_family_attention(m: Match, g: OpGraph, ctx: PlanContext) -> list[Kerne
 
 
 HF_FAMILY_SERVING: Patterns = (
+    (CastRouterGemm(), build_cast_router_gemm),
     (LatentKvAppend(), build_kv_write),
     (Chain((Step(_FAMILY_ATTENTION),
             Step(frozenset({aten.reshape.default, aten.contiguous.default, aten.clone.default}), optional=True))),

@@ -185,14 +185,19 @@ def _mla_forward(self: Any, hidden_states: torch.Tensor, attention_mask: torch.T
 
 
 class HFTail(nn.Module):
-    """Final norm, LM head on each sequence's last token, greedy pick."""
+    """Final norm, LM head on each sequence's last token, the family's final logit soft-cap (Gemma-2:
+    `final_logit_softcapping`, as its *ForCausalLM forward applies it), greedy pick."""
 
-    def __init__(self, norm: nn.Module, lm_head: nn.Module) -> None:
+    def __init__(self, norm: nn.Module, lm_head: nn.Module, softcap: float | None = None) -> None:
         super().__init__()
         self.norm, self.lm_head = norm, lm_head
+        self.softcap = float(softcap) if softcap else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(x)[:, -1:, :]).float().argmax(dim=-1)
+        logits = self.lm_head(self.norm(x)[:, -1:, :])
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits.float().argmax(dim=-1)
 
 
 class HFSegmented(nn.Module):
@@ -219,7 +224,7 @@ class HFSegmented(nn.Module):
         index = ({t: i for i, t in enumerate(self.head.layer_types)} if self.head.layer_types else {})
         self.layers = nn.ModuleList(HFLayer(layer, index[kinds[i]] if index else None)
                                     for i, layer in enumerate(base.layers))
-        self.tail = HFTail(base.norm, model.lm_head)
+        self.tail = HFTail(base.norm, model.lm_head, getattr(model.config, "final_logit_softcapping", None))
         enable_sdpa_gqa()
 
     def _embedding(self) -> torch.Tensor:
