@@ -33,7 +33,11 @@ def main() -> None:
           "approximations")
     for m in models:
         t0 = time.perf_counter()
-        p = predict(m, args.hw, prompt_len=args.prompt, decode_steps=args.decode, progress=False)
+        try:
+            p = predict(m, args.hw, prompt_len=args.prompt, decode_steps=args.decode, progress=False)
+        except ValueError as exc:  # e.g. a context shorter than prompt + decode (OLMo-7B: 2048)
+            print(f"{getattr(m, 'name', m):<16} {getattr(m, 'model_type', ''):<10} not predicted: {exc}", flush=True)
+            continue
         family = getattr(m, "model_type", "") or "llama (own)"
         approx = "; ".join(a.removeprefix("approximated: ")[:60] for a in p.assumptions if a.startswith("approx"))
         print(f"{p.model:<16} {family:<10} {p.ttft_s * 1e3:>9.3f} {p.tpot_s * 1e3:>8.3f} "
