@@ -291,3 +291,11 @@ def test_mla_as_served_computes_what_the_hf_attention_computes(q_len: int) -> No
     got, _ = _mla_forward(attn, x, cache=_LayerCache(c_kv, k_pe),
                           position_embeddings=(torch.ones(2, q_len, 16), torch.zeros(2, q_len, 16)))
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_mla_caches_one_latent_row_per_token() -> None:
+    data = json.loads((CONFIGS / "deepseek-v2-lite.json").read_text())
+    cfg = get_config(CONFIGS / "deepseek-v2-lite.json")
+    row = data["kv_lora_rank"] + data["qk_rope_head_dim"]  # 512 + 64, not K and V of 16 heads
+    assert cfg.kv_bytes_per_token(2) == data["num_hidden_layers"] * row * 2
+    assert get_config(CONFIGS / "qwen3-8b.json").kv_bytes_per_token(2) == 2 * 36 * 8 * 128 * 2

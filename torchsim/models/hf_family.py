@@ -43,6 +43,13 @@ class HFDecoderConfig(DecoderConfig):
     name: str = "hf"
     model_type: str = ""
     hf_json: str = "{}"  # the config.json object as canonical JSON (hashable, so predictions memoise on it)
+    latent_kv_width: int = 0  # MLA (DeepSeek-V2/V3): the cache holds one latent row (kv_lora_rank + rope dims)
+
+    def kv_bytes_per_token(self, bytes_per_element: int) -> int:
+        """KV-cache bytes one token adds across all layers: K and V per KV head, or MLA's one latent row."""
+        if self.latent_kv_width:
+            return self.num_hidden_layers * self.latent_kv_width * bytes_per_element
+        return DecoderConfig.kv_bytes_per_token(self, bytes_per_element)  # (slots: no zero-argument super)
 
     def mlp_param_count(self) -> int:
         raise NotImplementedError("an HF family's parameters are counted on its built module "
@@ -78,7 +85,9 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
         rms_norm_eps=float(getattr(hf_cfg, "rms_norm_eps", None) or 1e-6),
         tie_word_embeddings=bool(getattr(hf_cfg, "tie_word_embeddings", False)),
         head_dim=head_dim if head_dim * heads != hf_cfg.hidden_size else None, name=name,
-        approximations=approximations, model_type=model_type, hf_json=json.dumps(data, sort_keys=True))
+        approximations=approximations, model_type=model_type, hf_json=json.dumps(data, sort_keys=True),
+        latent_kv_width=(int(hf_cfg.kv_lora_rank) + int(hf_cfg.qk_rope_head_dim)
+                         if getattr(hf_cfg, "kv_lora_rank", None) else 0))
 
 
 def _hf_config(transformers: Any, data: dict[str, Any]) -> Any:
