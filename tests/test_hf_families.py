@@ -299,3 +299,9 @@ def test_mla_caches_one_latent_row_per_token() -> None:
     row = data["kv_lora_rank"] + data["qk_rope_head_dim"]  # 512 + 64, not K and V of 16 heads
     assert cfg.kv_bytes_per_token(2) == data["num_hidden_layers"] * row * 2
     assert get_config(CONFIGS / "qwen3-8b.json").kv_bytes_per_token(2) == 2 * 36 * 8 * 128 * 2
+
+
+def test_moe_families_plan_in_the_eager_preset() -> None:
+    """The in-place renormalisation and index math of HF's MoE blocks have lowerings (Qwen3-MoE's div_)."""
+    _, prefill, decode = _plans("qwen3-30b-a3b", "eager")
+    assert _kinds(prefill, KernelKind.GROUPED_GEMM) and _kinds(decode, KernelKind.GROUPED_GEMM)
