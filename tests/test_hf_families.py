@@ -26,23 +26,53 @@ TOKENS = 64
 def _count(c: dict[str, Any]) -> tuple[int, int]:
     """(parameters, GEMM FLOPs of a TOKENS-token prefill step with the LM head on the last token) from the
     config alone, for the families below."""
-    h, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    if "kv_lora_rank" in c:
+        return _count_mla(c)
+    h, layers, vocab, mt = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["model_type"]
     nq = c["num_attention_heads"]
     nkv = c.get("num_key_value_heads", nq)
     hd = c.get("head_dim") or h // nq
     proj = 2 * h * nq * hd + 2 * h * nkv * hd  # q, o and k, v
     extra = {"qwen2": nq * hd + 2 * nkv * hd,  # q/k/v biases
-             "qwen3": 2 * hd, "qwen3_moe": 2 * hd,  # q/k RMSNorm per head
-             "olmo2": nq * hd + nkv * hd}.get(c["model_type"], 0)  # q/k RMSNorm over all heads
+             "qwen3": 2 * hd, "qwen3_moe": 2 * hd, "gemma3_text": 2 * hd,  # q/k RMSNorm per head
+             "olmo2": nq * hd + nkv * hd,  # q/k RMSNorm over all heads
+             "gpt_oss": nq * hd + 2 * nkv * hd + h + nq}.get(mt, 0)  # q/k/v/o biases, one sink per head
+    norms = 4 if mt in ("gemma2", "gemma3_text") else 2  # Gemma: pre/post norms around attention and MLP
     if "num_experts" in c:
         e, k, mi = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
         mlp_params, mlp_flops = e * 3 * h * mi + e * h, 2 * (k * 3 * h * mi + e * h)
-    else:  # SwiGLU (gate, up, down), or StarCoder2's plain c_fc -> gelu -> c_proj
-        mlp_params = (2 if c["model_type"] == "starcoder2" else 3) * h * c["intermediate_size"]
+    elif mt == "gpt_oss":  # experts with biases (gate_up, down), a router with a bias
+        e, k, mi = c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"]
+        mlp_params, mlp_flops = e * (3 * h * mi + 2 * mi + h) + e * h + e, 2 * (k * 3 * h * mi + e * h)
+    else:  # SwiGLU / GeGLU (gate, up, down), or StarCoder2's plain c_fc -> gelu -> c_proj
+        mlp_params = (2 if mt == "starcoder2" else 3) * h * c["intermediate_size"]
         mlp_flops = 2 * mlp_params
-    tied = c.get("tie_word_embeddings", AutoConfig.for_model(c["model_type"]).tie_word_embeddings)  # or its default
-    params = vocab * h + layers * (proj + extra + mlp_params + 2 * h) + h + (0 if tied else vocab * h)
+    tied = c.get("tie_word_embeddings", AutoConfig.for_model(mt).tie_word_embeddings)  # or its default
+    params = vocab * h + layers * (proj + extra + mlp_params + norms * h) + h + (0 if tied else vocab * h)
     flops = TOKENS * layers * (2 * proj + mlp_flops) + 2 * vocab * h
+    return params, flops
+
+
+def _count_mla(c: dict[str, Any]) -> tuple[int, int]:
+    """DeepSeek-V2/V3: MLA projections (q directly or through its LoRA pair, the joint latent kv_a projection,
+    the kv_b up-projection a prefill applies to every token, o), the first dense layers, then routed experts +
+    shared experts + router; a prefill decompresses the latent (kv_b on every token)."""
+    h, layers, vocab, nq = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["num_attention_heads"]
+    dn, dr, dv, r, ql = (c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"], c["kv_lora_rank"],
+                         c["q_lora_rank"])
+    q = h * nq * (dn + dr) if ql is None else h * ql + ql * nq * (dn + dr)
+    attn_gemm = q + h * (r + dr) + r * nq * (dn + dv) + nq * dv * h
+    attn_params = attn_gemm + r + (ql or 0)  # + the kv_a (and q_a) RMSNorm weights
+    dense = c["first_k_dense_replace"]
+    e, k, mi = c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+    shared = c["n_shared_experts"]
+    dense_mlp = 3 * h * c["intermediate_size"]
+    moe_params = e * 3 * h * mi + e * h + shared * 3 * h * mi
+    moe_flops = 2 * (k * 3 * h * mi + e * h + shared * 3 * h * mi)
+    params = (2 * vocab * h + h + layers * (attn_params + 2 * h) + dense * dense_mlp
+              + (layers - dense) * moe_params)
+    flops = (TOKENS * (layers * 2 * attn_gemm + dense * 2 * dense_mlp + (layers - dense) * moe_flops)
+             + 2 * vocab * h)
     return params, flops
 
 
@@ -128,3 +158,170 @@ def test_the_prediction_says_what_it_understood_of_the_model(tmp_path: Path) -> 
     assert p.stats["family"] == "qwen3 (HF transformers)" and p.stats["params"] == params
     assert p.stats["kv_bytes_per_token"] == 2 * 2 * 2 * 64 * 2  # K and V, 2 layers, 2 KV heads, head_dim 64, bf16
     assert f"model  qwen3 (HF transformers): {params / 1e6:,.2f} M parameters" in p.summary()
+
+
+def _plans(name: str, preset: str = "serving") -> tuple[Any, Any, Any]:
+    model = build_model(get_config(CONFIGS / f"{name}.json", approximate=True))
+    plan._plan_graph.cache_clear()
+    prefill = plan.plan_model(model, batch=2, q_len=32, past_len=0, preset=preset)
+    decode = plan.plan_model(model, batch=2, q_len=1, past_len=96, preset=preset)
+    plan._plan_graph.cache_clear()
+    assert not prefill.unsupported and not decode.unsupported
+    return model, prefill, decode
+
+
+def _kinds(p: Any, kind: KernelKind) -> list[Any]:
+    return [c for c in p.calls if c.kind is kind]
+
+
+@pytest.mark.parametrize("preset", ["serving", "eager"])
+def test_gemma2_attention_is_one_softcapped_kernel(preset: str) -> None:
+    data = json.loads((CONFIGS / "gemma-2-9b.json").read_text())
+    _, prefill, decode = _plans("gemma-2-9b", preset)
+    layers, cap = data["num_hidden_layers"], data["attn_logit_softcapping"]
+    pre, dec = _kinds(prefill, KernelKind.ATTENTION_PREFILL), _kinds(decode, KernelKind.ATTENTION_DECODE)
+    assert len(pre) == len(dec) == layers
+    assert all(c.p("softcap") == cap and c.p("causal") and c.p("head_dim") == 256 for c in pre)
+    assert all(c.p("softcap") == cap and c.p("seq_kv") == 97 and c.p("heads_kv") == 8 for c in dec)
+    assert not _kinds(prefill, KernelKind.SOFTMAX) and not _kinds(decode, KernelKind.SOFTMAX)  # no eager scores
+    if preset == "serving":  # GeGLU as one act-and-mul kernel; Gemma's (1 + weight) norms fused, 4 a layer
+        acts = _kinds(prefill, KernelKind.SILU_MUL)
+        assert len(acts) == layers and all(c.name.endswith("gelu_mul") for c in acts)
+        norms = _kinds(prefill, KernelKind.RMSNORM) + _kinds(prefill, KernelKind.ADD_RMSNORM)
+        assert len(norms) == 4 * layers + 1
+        assert not [c for c in prefill.calls if "layernorm" in c.name and c.kind is KernelKind.ELEMENTWISE]
+
+
+def test_gemma3_layers_read_the_rotary_table_of_their_kind() -> None:
+    data = json.loads((CONFIGS / "gemma-3-1b.json").read_text())
+    model, prefill, decode = _plans("gemma-3-1b")
+    kinds = model.head.layer_types
+    assert sorted(kinds) == ["full_attention", "sliding_attention"]
+    pattern = data["sliding_window_pattern"]  # every 6th layer global, the others local
+    for i, layer in enumerate(model.layers):
+        want = "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+        assert kinds[layer.rope_index] == want
+    assert len(_kinds(prefill, KernelKind.ATTENTION_PREFILL)) == data["num_hidden_layers"]
+    assert len(_kinds(decode, KernelKind.ATTENTION_DECODE)) == data["num_hidden_layers"]
+    assert len(_kinds(prefill, KernelKind.ROPE)) == data["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("preset", ["serving", "eager"])
+def test_gpt_oss_attention_has_sinks_and_moe_routes(preset: str) -> None:
+    data = json.loads((CONFIGS / "gpt-oss-20b.json").read_text())
+    _, prefill, decode = _plans("gpt-oss-20b", preset)
+    layers = data["num_hidden_layers"]
+    for p, kind in ((prefill, KernelKind.ATTENTION_PREFILL), (decode, KernelKind.ATTENTION_DECODE)):
+        attn = _kinds(p, kind)
+        assert len(attn) == layers and all(c.p("sinks") and c.p("heads_q") == 64 for c in attn)
+        gemms = _kinds(p, KernelKind.GROUPED_GEMM)
+        assert len(gemms) == 2 * layers
+        tokens = 2 * (32 if p is prefill else 1)
+        assert all(sum(c.p("tokens_per_expert")) == tokens * data["num_experts_per_tok"] for c in gemms)
+        assert all(len(c.p("tokens_per_expert")) == data["num_local_experts"] for c in gemms)
+    if preset == "serving":
+        assert len(_kinds(prefill, KernelKind.ROPE)) == layers  # the chunked rotation as one RoPE kernel
+        assert len(_kinds(prefill, KernelKind.SILU_MUL)) == layers  # the clamped SwiGLU between expert GEMMs
+        assert len(_kinds(prefill, KernelKind.ROUTER_TOPK)) == layers
+
+
+@pytest.mark.parametrize(("name", "preset"), [("deepseek-v2-lite", "serving"), ("deepseek-v2-lite", "eager"),
+                                              ("deepseek-v3", "serving")])
+def test_deepseek_decodes_with_flash_mla_and_prefills_decompressed(name: str, preset: str) -> None:
+    data = json.loads((CONFIGS / f"{name}.json").read_text())
+    _, prefill, decode = _plans(name, preset)
+    layers, heads = data["num_hidden_layers"], data["num_attention_heads"]
+    mla = _kinds(decode, KernelKind.MLA_DECODE)
+    assert len(mla) == layers and not _kinds(decode, KernelKind.ATTENTION_DECODE)
+    assert all((c.p("head_dim"), c.p("head_dim_v"), c.p("heads_q"), c.p("seq_kv")) == (576, 512, heads, 97)
+               for c in mla)
+    pre = _kinds(prefill, KernelKind.ATTENTION_PREFILL)
+    dk = data["qk_nope_head_dim"] + data["qk_rope_head_dim"]
+    assert len(pre) == layers and all((c.p("head_dim"), c.p("head_dim_v"), c.p("heads_kv")) ==
+                                      (dk, data["v_head_dim"], heads) for c in pre)
+    # decode absorbs W_UK / W_UV: two per-head batched GEMMs over the tokens a layer; prefill has none
+    absorbed = [c for c in _kinds(decode, KernelKind.GEMM) if c.p("batch", 1) == heads]
+    assert len(absorbed) == 2 * layers
+    assert not [c for c in _kinds(prefill, KernelKind.GEMM) if c.p("batch", 1) == heads]
+    moe = layers - data["first_k_dense_replace"]
+    gemms = _kinds(decode, KernelKind.GROUPED_GEMM)
+    assert len(gemms) == 2 * moe and all(len(c.p("tokens_per_expert")) == data["n_routed_experts"] for c in gemms)
+    if preset == "serving":  # one routing kernel over all experts (group-limited for V3)
+        routers = _kinds(decode, KernelKind.ROUTER_TOPK)
+        assert len(routers) == moe
+        assert all((c.p("experts"), c.p("top_k")) == (data["n_routed_experts"], data["num_experts_per_tok"])
+                   for c in routers)
+
+
+def test_the_fused_attention_op_is_the_eager_math() -> None:
+    import torch
+
+    from torchsim.lowering.attention_ops import attention_reference
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+    plain = attention_reference(q, k, v, None, 0.3, True, 0.0, 0)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), scale=0.3,
+        attn_mask=torch.ones(5, 7, dtype=torch.bool).tril(2))
+    assert torch.allclose(plain, sdpa, atol=1e-5)
+    capped = attention_reference(q, k, v, None, 0.3, True, 0.5, 0)  # a cap flattens the scores
+    assert not torch.allclose(capped, plain, atol=1e-3)
+    sunk = attention_reference(q, k, v, torch.full((4,), 30.0), 0.3, True, 0.0, 0)  # a large sink takes the mass
+    assert sunk.abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_mla_as_served_computes_what_the_hf_attention_computes(q_len: int) -> None:
+    """torchsim's MLA forward (decode: absorbed W_UK/W_UV over the latent cache; prefill: decompressed MHA)
+    equals DeepSeek-V2's own eager attention on real tensors (positions at 0, where both rotary layouts are the
+    identity)."""
+    import torch
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2Attention
+
+    from torchsim.models.hf_segments import _LayerCache, _mla_forward
+
+    cfg = AutoConfig.for_model("deepseek_v2", hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                               kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=16,
+                               v_head_dim=8, num_hidden_layers=1, vocab_size=64, rope_scaling=None)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    attn = DeepseekV2Attention(cfg, 0).float()
+    for p in attn.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    past = 5 if q_len == 1 else 0
+    x = torch.randn(2, q_len, 64)
+    c_kv, k_pe = torch.randn(2, 1, past, 32), torch.randn(2, 1, past, 16)
+    mask = torch.full((q_len, past + q_len), float("-inf")).triu(past + 1)[None, None]
+    want, _ = DeepseekV2Attention.forward(attn, x, attention_mask=mask, cache=_LayerCache(c_kv, k_pe),
+                                          position_embeddings=torch.ones(2, q_len, 8, dtype=torch.complex64))
+    got, _ = _mla_forward(attn, x, cache=_LayerCache(c_kv, k_pe),
+                          position_embeddings=(torch.ones(2, q_len, 16), torch.zeros(2, q_len, 16)))
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_mla_caches_one_latent_row_per_token() -> None:
+    data = json.loads((CONFIGS / "deepseek-v2-lite.json").read_text())
+    cfg = get_config(CONFIGS / "deepseek-v2-lite.json")
+    row = data["kv_lora_rank"] + data["qk_rope_head_dim"]  # 512 + 64, not K and V of 16 heads
+    assert cfg.kv_bytes_per_token(2) == data["num_hidden_layers"] * row * 2
+    assert get_config(CONFIGS / "qwen3-8b.json").kv_bytes_per_token(2) == 2 * 36 * 8 * 128 * 2
+
+
+def test_moe_families_plan_in_the_eager_preset() -> None:
+    """The in-place renormalisation and index math of HF's MoE blocks have lowerings (Qwen3-MoE's div_)."""
+    _, prefill, decode = _plans("qwen3-30b-a3b", "eager")
+    assert _kinds(prefill, KernelKind.GROUPED_GEMM) and _kinds(decode, KernelKind.GROUPED_GEMM)
+
+
+def test_gemma2_sliding_layers_carry_their_window_into_the_fused_attention() -> None:
+    path = CONFIGS / "gemma-2-9b.json"
+    window = json.loads(path.read_text())["sliding_window"]
+    cfg = get_config(path, approximate=True)
+    plan._plan_graph.cache_clear()
+    got = plan.plan_model(build_model(cfg), batch=1, q_len=2 * window, past_len=0)
+    plan._plan_graph.cache_clear()
+    attn = [c for c in got.calls if c.kind is KernelKind.ATTENTION_PREFILL]
+    # sliding and global layers alternate, the sliding ones starting
+    assert [c.p("window", 0) for c in attn] == [window, 0] * (cfg.num_hidden_layers // 2)
+    assert all(c.p("softcap", 0) > 0 for c in attn)

@@ -304,3 +304,15 @@ def unsupported_call(node: OpNode, ctx: PlanContext) -> KernelCall:
     return ctx.call(KernelKind.ELEMENTWISE, [node], out.dtype, label=node.op_name, numel=max(out.numel, 1),
                     inputs=max(1, math.ceil(ins / max(out.numel, 1))), outputs=max(len(node.out), 1),
                     op=f"unsupported:{node.target}", roofline=True)
+
+
+# ---- HF families' extra ops (Gemma-2/3, gpt-oss, DeepSeek-V2/V3 routers) ---------------------------------------
+# In-place and mask ops the group-limited routers of DeepSeek-V3 write (scatter_ of a group mask, ~mask, the
+# in-place renormalisation): elementwise kernels like their out-of-place forms.
+
+_HF_FAMILY_ELEMENTWISE = (aten.scatter_.value, aten.scatter.value, aten.scatter_.src, aten.bitwise_not.default,
+                          aten.div_.Tensor, aten.mul_.Tensor, aten.add_.Tensor, aten.masked_fill_.Scalar,
+                          aten.floor_divide.default)
+register_lowering(*(t for t in _HF_FAMILY_ELEMENTWISE if t not in LOWERINGS))(_elementwise)
+# allocations without a fill launch no kernel (gpt-oss's experts allocate their output with empty_like)
+register_lowering(*(t for t in (aten.empty_like.default, aten.empty.memory_format) if t not in LOWERINGS))(_free)

@@ -330,6 +330,186 @@ SERVING: Patterns = (
     (Chain((Step(frozenset({aten.silu.default})), Step(_MUL))), build_silu_mul),
     (Chain((Step(_CASTS, optional=True), Step(frozenset({aten.argmax.default})))), build_sampling),
 )
+
+# ---- HF families: eager-only attention, MLA, Gemma norms and GeGLU, gpt-oss RoPE and experts ------------------
+# Tried after the generic serving patterns above, so they only claim what those leave (no other family's plan
+# changes). lowering.attention_ops holds the attention ops (torchsim::attention, torchsim::mla_decode).
+
+from torchsim.lowering.attention_ops import ATTENTION_OP, MLA_DECODE_OP  # noqa: E402
+
+_FAMILY_ATTENTION = frozenset({ATTENTION_OP, MLA_DECODE_OP})
+
+
+@dataclass(frozen=True)
+class LatentKvAppend(Pattern):
+    """`cat([cache, new])` of the caches an attention module appends to (K/V before torchsim::attention; MLA's
+    latent c_kv and k_pe, which a prefill decompresses before attending): one cache-write kernel per module, as
+    vLLM's reshape_and_cache / concat_and_cache_mla write them."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        by_module: dict[str, list[OpNode]] = {}
+        for n in g.nodes:
+            if (n.target is aten.cat.default and n.name not in taken and len(n.inputs) == 2
+                    and n.inputs[0] in g.inputs and n.module_type.endswith("Attention")):
+                by_module.setdefault(n.module_path, []).append(n)
+        for path, cats in by_module.items():
+            if any(m.target in _FAMILY_ATTENTION for m in g.nodes if m.module_path == path):
+                taken |= {c.name for c in cats}
+                yield Match(tuple(cats))
+
+
+@dataclass(frozen=True)
+class NormLeftovers(Pattern):
+    """What a fused RMSNorm kernel also does in a norm module whose chain another pattern claimed: Gemma's
+    `(1 + weight)` on the weight vector and the cast of the output back to the activation dtype."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        scopes: dict[str, list[OpNode]] = {}
+        for n in g.nodes:
+            if n.module_type.endswith("RMSNorm"):
+                scopes.setdefault(n.module_path, []).append(n)
+        for nodes in scopes.values():
+            if not any(n.name in taken for n in nodes):
+                continue  # no fused norm here
+            left = [n for n in nodes if n.name not in taken and not is_view(n)
+                    and (n.target in _CASTS or n.target in _ADD or n.target is aten.add.Scalar)]
+            for n in left:  # one match each: the weight prep feeds the norm, the output cast reads it
+                taken.add(n.name)
+                yield Match((n,))
+
+
+@dataclass(frozen=True)
+class ChunkRope(Pattern):
+    """gpt-oss's rotation: `cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin)` of x's two halves, per tensor; every
+    tensor rotated with one table is one RoPE kernel (as RotateHalfRope)."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        by_table: dict[str, list[tuple[str, OpNode]]] = {}
+        for cat in g.nodes:
+            if cat.target is not aten.cat.default or cat.name in taken or len(cat.inputs) != 2:
+                continue
+            found = self._one(g, cat)
+            if found and not any(n.name in taken for _, n in found):
+                by_table.setdefault(found[-1][0], []).extend(found[:-1])
+        for parts in by_table.values():
+            nodes = tuple(sorted({n for _, n in parts}, key=lambda n: g.index(n.name)))
+            inside = {n.name for n in nodes}
+            if any(escapes(g, n, inside) for k, n in parts if k != "cat"):
+                continue
+            taken |= inside
+            yield Match(nodes, tuple(parts))
+
+    @staticmethod
+    def _one(g: OpGraph, cat: OpNode) -> list[tuple[str, OpNode]] | None:
+        sub, add = (g.producer(through_views(g, x)) for x in cat.inputs)
+        if sub is None or add is None or sub.target is not aten.sub.Tensor or add.target not in _ADD:
+            return None
+        muls = [g.producer(through_views(g, x)) for x in (*sub.inputs, *add.inputs)]
+        if len(muls) != 4 or any(m is None or m.target not in _MUL or len(m.inputs) != 2 for m in muls):
+            return None
+        xs = {through_views(g, m.inputs[0]) for m in muls if m is not None}
+        first = muls[0]
+        assert first is not None
+        if len(xs) != 1:  # the halves are views (chunk) of one tensor
+            return None
+        table = through_views(g, first.inputs[1])
+        return [("x", first), *(("mul", m) for m in muls[1:] if m is not None), ("sub", sub), ("add", add),
+                ("cat", cat), (table, cat)]
+
+
+@dataclass(frozen=True)
+class BetweenGroupedGemms(Pattern):
+    """Ops of an experts module between its first and last grouped GEMM that no pattern claimed (gpt-oss: the
+    gate/up bias, the clamped SwiGLU with its limit): one activation kernel, as vLLM's fused-MoE path runs an
+    activation-and-mul kernel between the two expert GEMMs (the biases in the GEMMs' epilogues)."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        scopes: dict[str, list[OpNode]] = {}
+        for n in g.nodes:
+            if n.module_type.endswith("Experts"):
+                scopes.setdefault(n.module_path, []).append(n)
+        for nodes in scopes.values():
+            gemms = [g.index(n.name) for n in nodes if n.op_name == "_grouped_mm"]
+            if len(gemms) < 2:
+                continue
+            left = [n for n in nodes if gemms[0] < g.index(n.name) < gemms[-1] and n.name not in taken
+                    and not is_view(n) and n.op_name != "_grouped_mm"]
+            if left:
+                taken |= {n.name for n in left}
+                yield Match(tuple(left))
+
+
+@dataclass(frozen=True)
+class CastRouterGemm(Pattern):
+    """A router GEMM whose code casts its activations and weight to fp32 first (DeepSeek-V2/V3's TopkRouter):
+    serving runtimes run it on the model-dtype operands with an fp32 result (vLLM's DeepSeek gate is a
+    ReplicatedLinear in the model dtype; SGLang's dsv3_router_gemm reads bf16 and writes fp32), so the casts
+    and the GEMM are one GEMM in the operands' own dtype."""
+
+    def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
+        for n in g.nodes:
+            if (n.target is not aten.linear.default or n.name in taken
+                    or not n.module_type.endswith(("TopkRouter", "TopKRouter"))):
+                continue
+            casts = [c for x in n.inputs[:2] if (c := g.producer(through_views(g, x))) is not None
+                     and c.target in _CASTS and c.name not in taken and not escapes(g, c, {n.name})]
+            if casts:
+                taken |= {n.name, *(c.name for c in casts)}
+                yield Match((*casts, n))
+
+
+def build_cast_router_gemm(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    gemm = m.nodes[-1]
+    x, w = gemm.in_specs[0], gemm.in_specs[1]
+    dtype = min((c.in_specs[0].dtype for c in m.nodes[:-1]), key=lambda d: d.nbytes)
+    k = w.shape[-1]
+    return [ctx.call(KernelKind.GEMM, [gemm], dtype, m=x.numel // k, n=w.shape[0], k=k, epilogue="none")]
+
+
+def _is_tanh_gelu(n: OpNode) -> bool:
+    return n.target is aten.gelu.default
+
+
+def build_act_mul(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    """GeGLU / clamped SwiGLU as the act-and-mul kernel (vLLM's act_and_mul kernel is one template over the
+    activation): rows x hidden of the output, reading gate and up."""
+    out = max((n.out[0] for n in m.nodes if n.out), key=lambda s: s.numel)
+    hidden = out.shape[-1]
+    label = "gelu_mul" if any(n.target is aten.gelu.default for n in m.nodes) else "act_mul"
+    return [ctx.call(KernelKind.SILU_MUL, m.nodes, out.dtype if out.dtype.nbytes <= 2 else m.nodes[0].in_specs[0].dtype,
+                     label=label, rows=out.numel // hidden, hidden=hidden)]
+
+
+def build_chunk_rope(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    heads: list[int] = []
+    tokens, dim = 0, 0
+    for cat in m.part("cat"):
+        xs = cat.out[0]
+        dim, h = xs.shape[-1], xs.shape[1] if len(xs.shape) == 4 else 1
+        heads.append(h)
+        tokens = xs.numel // (h * dim)
+    heads.sort(reverse=True)
+    return [ctx.call(KernelKind.ROPE, m.nodes, m.nodes[-1].out[0].dtype, label="rope", tokens=tokens,
+                     heads_q=heads[0], heads_kv=sum(heads[1:]), head_dim=dim)]
+
+
+def build_family_attention(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
+    return LOWERINGS[m.nodes[0].target](m.nodes[0], ctx)
+
+
+HF_FAMILY_SERVING: Patterns = (
+    (CastRouterGemm(), build_cast_router_gemm),
+    (LatentKvAppend(), build_kv_write),
+    (Chain((Step(_FAMILY_ATTENTION),
+            Step(frozenset({aten.reshape.default, aten.contiguous.default, aten.clone.default}), optional=True))),
+     build_family_attention),
+    (NormLeftovers(), build_nothing),
+    (ChunkRope(), build_chunk_rope),
+    (Chain((Step(frozenset({aten.gelu.default}), where=_is_tanh_gelu), Step(_MUL))), build_act_mul),
+    (BetweenGroupedGemms(), build_act_mul),
+)
+SERVING = (*SERVING, *HF_FAMILY_SERVING)
+
 # What plan_graph tries, per preset: the patterns model families registered (register_patterns), then the
 # generic ones above. The registry lives here so lowering never imports models: a family registers its
 # fusions when its module is imported (models/mixtral.py imports models/moe_patterns.py, which registers the MoE

@@ -46,6 +46,13 @@ class HFDecoderConfig(DecoderConfig):
     name: str = "hf"
     model_type: str = ""
     hf_json: str = "{}"  # the config.json object as canonical JSON (hashable, so predictions memoise on it)
+    latent_kv_width: int = 0  # MLA (DeepSeek-V2/V3): the cache holds one latent row (kv_lora_rank + rope dims)
+
+    def kv_bytes_per_token(self, bytes_per_element: int) -> int:
+        """KV-cache bytes one token adds across all layers: K and V per KV head, or MLA's one latent row."""
+        if self.latent_kv_width:
+            return self.num_hidden_layers * self.latent_kv_width * bytes_per_element
+        return DecoderConfig.kv_bytes_per_token(self, bytes_per_element)  # (slots: no zero-argument super)
 
     def mlp_param_count(self) -> int:
         raise NotImplementedError("an HF family's parameters are counted on its built module "
@@ -81,7 +88,9 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
         rms_norm_eps=float(getattr(hf_cfg, "rms_norm_eps", None) or 1e-6),
         tie_word_embeddings=bool(getattr(hf_cfg, "tie_word_embeddings", False)),
         head_dim=head_dim if head_dim * heads != hf_cfg.hidden_size else None, name=name,
-        approximations=approximations, model_type=model_type, hf_json=json.dumps(data, sort_keys=True))
+        approximations=approximations, model_type=model_type, hf_json=json.dumps(data, sort_keys=True),
+        latent_kv_width=(int(hf_cfg.kv_lora_rank) + int(hf_cfg.qk_rope_head_dim)
+                         if getattr(hf_cfg, "kv_lora_rank", None) else 0))
 
 
 def _hf_config(transformers: Any, data: dict[str, Any]) -> Any:
@@ -93,15 +102,21 @@ def _hf_config(transformers: Any, data: dict[str, Any]) -> Any:
 
 
 def build_hf_family(cfg: HFDecoderConfig) -> Any:
-    """The family's HF `*ForCausalLM` (SDPA attention) in bf16 on the current device, as torchsim segments."""
+    """The family's HF `*ForCausalLM` in bf16 on the current device, as torchsim segments: SDPA attention, or
+    `torchsim::attention` (lowering.attention_ops) for families transformers runs only with eager attention."""
     import torch
 
     from torchsim.models.hf import enable_sdpa_gqa, require_transformers
-    from torchsim.models.hf_segments import HFSegmented
+    from torchsim.models.hf_segments import FUSED_ATTENTION, HFSegmented, register_fused_attention
 
     transformers = require_transformers()
     hf_cfg = _hf_config(transformers, json.loads(cfg.hf_json))
-    hf_cfg._attn_implementation = "sdpa"
+    model_class = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(hf_cfg)]
+    if getattr(model_class, "_supports_sdpa", True):
+        hf_cfg._attn_implementation = "sdpa"
+    else:  # eager-only attention (Gemma-2's soft-capping, gpt-oss's sinks): one fused attention op, as served
+        register_fused_attention()
+        hf_cfg._attn_implementation = FUSED_ATTENTION
     if any(getattr(hf_cfg, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
         hf_cfg._experts_implementation = "grouped_mm"  # MoE families: one grouped GEMM per expert projection
     enable_sdpa_gqa()

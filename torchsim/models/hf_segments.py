@@ -10,14 +10,38 @@ for chunked prefill), K/V at kv_heads (enable_gqa), one layer's cache appended w
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
 from torch import nn
 
+from torchsim.lowering.attention_ops import attention as fused_attention
+from torchsim.lowering.attention_ops import mla_decode
 from torchsim.models.config_fields import layer_window
 from torchsim.models.decoder import DecoderConfig, Segment, decoder_segments
 from torchsim.models.hf import TorchsimConfig, enable_sdpa_gqa, from_hf_config
+
+FUSED_ATTENTION = "torchsim_fused"  # the attention implementation name families without SDPA support run with
+
+
+def _fused_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                             softcap: float | None = None, sliding_window: int | None = None,
+                             s_aux: torch.Tensor | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """An HF attention function (the `attention_interface` families call) that runs the family's eager math as
+    one `torchsim::attention` op: scale, soft-cap (Gemma-2), sinks (gpt-oss), causal, window; the output is laid
+    out [batch, seq, heads, head_dim] as HF's attention functions return it."""
+    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    out = fused_attention(query, key, value, s_aux, scale, True, float(softcap or 0.0), int(sliding_window or 0))
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_fused_attention() -> None:
+    """Make `FUSED_ATTENTION` an attention implementation transformers accepts (once)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(FUSED_ATTENTION, _fused_attention_forward)
 
 
 class _LayerCache:
@@ -42,16 +66,45 @@ def _adopt(target: nn.Module, source: nn.Module) -> None:
             setattr(target, key, value)
 
 
-class HFHead(nn.Module):
-    """Token embedding + rotary tables (`embed_tokens`, `rotary_emb` of the HF base model)."""
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
 
-    def __init__(self, base: Any) -> None:
+
+class MlaRotaryEmbedding(nn.Module):
+    """cos/sin tables of MLA's decoupled RoPE dims (DeepSeek-V2/V3 rotate `qk_rope_head_dim` of each head, from
+    the family rotary module's `inv_freq` and `attention_scaling`); DeepSeek-V2's HF code rotates through complex
+    numbers, which costs the same as the rotate-half form used here."""
+
+    def __init__(self, rotary: nn.Module) -> None:
+        super().__init__()
+        self.inv_freq: torch.Tensor = rotary.inv_freq  # type: ignore[assignment]
+        self.scaling = float(getattr(rotary, "attention_scaling", 1.0) or 1.0)
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.float()
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.scaling).to(x.dtype), (emb.sin() * self.scaling).to(x.dtype)
+
+
+class HFHead(nn.Module):
+    """Token embedding + rotary tables (`embed_tokens`, `rotary_emb` of the HF base model).
+
+    Families with one rotary table per layer type (Gemma-3: `global` and `local` RoPE bases, the rotary module's
+    `layer_types`) get the tables stacked on a leading dimension, in `layer_types` order; each HFLayer picks its
+    own (`rope_index`)."""
+
+    def __init__(self, base: Any, mla: bool = False) -> None:
         super().__init__()
         self.embed_tokens = base.embed_tokens
-        self.rotary_emb = base.rotary_emb
+        self.rotary_emb = MlaRotaryEmbedding(base.rotary_emb) if mla else base.rotary_emb
+        self.layer_types: list[str] = list(getattr(base.rotary_emb, "layer_types", None) or []) if not mla else []
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x = self.embed_tokens(tokens)
+        if self.layer_types:
+            tables = [self.rotary_emb(x, positions, layer_type) for layer_type in self.layer_types]
+            return x, torch.stack([c for c, _ in tables]), torch.stack([s for _, s in tables])
         cos, sin = self.rotary_emb(x, position_ids=positions)
         return x, cos, sin
 
@@ -61,17 +114,24 @@ class HFLayer(nn.Module):
 
     gradient_checkpointing = False  # read by HF's GradientCheckpointingLayer forward wrapper
 
-    def __init__(self, layer: nn.Module, sliding_window: int | None = None) -> None:
+    def __init__(self, layer: nn.Module, sliding_window: int | None = None, rope_index: int | None = None) -> None:
         """`sliding_window`: the layer's window from the config (models.config_fields.layer_window); capture
-        records it on the layer's attention call unless the HF attention module declares its own."""
+        records it on the layer's attention call unless the HF attention module declares its own. `rope_index`:
+        which stacked rotary table this layer uses (HFHead.layer_types), None for one table."""
         super().__init__()
         _adopt(self, layer)
         self._hf_forward = type(layer).forward
         self._hf_class = type(layer).__name__
         self.sliding_window = sliding_window
+        self.rope_index = rope_index
+        attn = getattr(layer, "self_attn", None)
+        if attn is not None and hasattr(attn, "kv_a_proj_with_mqa"):  # MLA (DeepSeek-V2/V3)
+            attn.forward = types.MethodType(_mla_forward, attn)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.rope_index is not None:
+            cos, sin = cos[self.rope_index], sin[self.rope_index]
         q_len, past = x.shape[1], k_cache.shape[2]
         mask = None
         if q_len > 1 and past > 0:  # chunked prefill: causal mask aligned bottom-right
@@ -82,15 +142,66 @@ class HFLayer(nn.Module):
         return out, cache.k, cache.v
 
 
-class HFTail(nn.Module):
-    """Final norm, LM head on each sequence's last token, greedy pick."""
+def _mla_forward(self: Any, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 cache: Any = None, position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """DeepSeek-V2/V3 multi-head latent attention (on the HF module's own projections and norms) as serving
+    runtimes run it (DeepSeek-V2 paper, arXiv:2405.04434 §2.1; vLLM's MLA attention backends):
 
-    def __init__(self, norm: nn.Module, lm_head: nn.Module) -> None:
+    - the cache holds the latent row of each token: c_kv (kv_lora_rank, after kv_a_layernorm) and the rotated
+      k_pe (qk_rope_head_dim), one head (HF's own forward caches the same two tensors);
+    - prefill (more than one query token) decompresses the latent through kv_b_proj and runs multi-head
+      attention with q/k head dim nope + rope and v head dim v_head_dim (FlashAttention, dv != dk);
+    - decode (one query token) absorbs W_UK into the query and W_UV into the output (per-head batched GEMMs
+      over the tokens) and attends over the latent cache: `torchsim::mla_decode`, FlashMLA's kernel.
+    """
+    assert position_embeddings is not None and cache is not None
+    b, s = hidden_states.shape[:2]
+    h, dn, dr, dv, r = self.num_heads, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim, self.kv_lora_rank
+    if self.q_lora_rank is None:
+        q = self.q_proj(hidden_states)
+    else:
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))
+    q = q.view(b, s, h, dn + dr).transpose(1, 2)
+    q_nope, q_pe = torch.split(q, [dn, dr], dim=-1)
+    kv_nope, k_pe = torch.split(self.kv_a_proj_with_mqa(hidden_states), [r, dr], dim=-1)
+    c_kv = self.kv_a_layernorm(kv_nope).view(b, 1, s, r)
+    k_pe = k_pe.view(b, 1, s, dr)
+    cos, sin = (t.unsqueeze(1) for t in position_embeddings)
+    q_pe = q_pe * cos + _rotate_half(q_pe) * sin
+    k_pe = k_pe * cos + _rotate_half(k_pe) * sin
+    c_kv, k_pe = cache.update(c_kv, k_pe, self.layer_idx)
+    w = self.kv_b_proj.weight.view(h, dn + dv, r)
+    if s == 1:  # decode: absorbed weights, attention over the latent cache
+        q_lat = torch.bmm(q_nope.reshape(b, h, dn).transpose(0, 1), w[:, :dn, :])  # [h, b, r]
+        q_lat = q_lat.transpose(0, 1).reshape(b, h, 1, r)
+        out_lat = mla_decode(q_lat, q_pe, c_kv, k_pe, float(self.scaling), True)  # [b, h, 1, r]
+        out = torch.bmm(out_lat.reshape(b, h, r).transpose(0, 1), w[:, dn:, :].transpose(1, 2))  # [h, b, dv]
+        out = out.transpose(0, 1).reshape(b, 1, h * dv)
+    else:  # prefill: decompressed multi-head attention
+        kv = self.kv_b_proj(c_kv).view(b, -1, h, dn + dv).transpose(1, 2)
+        k_nope, value = torch.split(kv, [dn, dv], dim=-1)
+        key = torch.cat((k_nope, k_pe.expand(-1, h, -1, -1)), dim=-1)
+        query = torch.cat((q_nope, q_pe), dim=-1)
+        out = fused_attention(query, key, value, None, float(self.scaling), True, 0.0, 0)
+        out = out.transpose(1, 2).reshape(b, s, h * dv)
+    return self.o_proj(out), None
+
+
+class HFTail(nn.Module):
+    """Final norm, LM head on each sequence's last token, the family's final logit soft-cap (Gemma-2:
+    `final_logit_softcapping`, as its *ForCausalLM forward applies it), greedy pick."""
+
+    def __init__(self, norm: nn.Module, lm_head: nn.Module, softcap: float | None = None) -> None:
         super().__init__()
         self.norm, self.lm_head = norm, lm_head
+        self.softcap = float(softcap) if softcap else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(x)[:, -1:, :]).float().argmax(dim=-1)
+        logits = self.lm_head(self.norm(x)[:, -1:, :])
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits.float().argmax(dim=-1)
 
 
 class HFSegmented(nn.Module):
@@ -111,10 +222,13 @@ class HFSegmented(nn.Module):
             raise TypeError(f"{type(model).__name__} is not an HF *ForCausalLM with .model.layers and .lm_head")
         self.config: TorchsimConfig | DecoderConfig = config or from_hf_config(
             model.config, getattr(model.config, "name_or_path", "") or "", approximate=True)  # listed as assumptions
-        self.head = HFHead(base)
-        self.layers = nn.ModuleList(HFLayer(layer, layer_window(model.config, i))
+        self.mla = any(hasattr(getattr(layer, "self_attn", None), "kv_a_proj_with_mqa") for layer in base.layers)
+        self.head = HFHead(base, mla=self.mla)
+        kinds = list(getattr(model.config, "layer_types", None) or [])
+        index = ({t: i for i, t in enumerate(self.head.layer_types)} if self.head.layer_types else {})
+        self.layers = nn.ModuleList(HFLayer(layer, layer_window(model.config, i), index[kinds[i]] if index else None)
                                     for i, layer in enumerate(base.layers))
-        self.tail = HFTail(base.norm, model.lm_head)
+        self.tail = HFTail(base.norm, model.lm_head, getattr(model.config, "final_logit_softcapping", None))
         enable_sdpa_gqa()
 
     def _embedding(self) -> torch.Tensor:
@@ -128,7 +242,20 @@ class HFSegmented(nn.Module):
 
     def capture_segments(self, batch: int, q_len: int, past_len: int) -> list[Segment]:
         """(path, module, example args) of head, each layer and tail, on the model's device and dtype."""
-        inv_freq = getattr(self.head.rotary_emb, "inv_freq", None)  # partial rotary (StableLM): fewer dims
-        rope_dim = 2 * inv_freq.numel() if isinstance(inv_freq, torch.Tensor) else None
-        return decoder_segments(self.head, self.layers, self.tail, self.config, batch, q_len, past_len, self.dtype,
-                                self._embedding().device, rope_dim)
+        device = self._embedding().device
+        segments = decoder_segments(self.head, self.layers, self.tail, self.config, batch, q_len, past_len,
+                                    self.dtype, device)
+        with torch.no_grad():  # the rotary tables' shape as the head makes them (partial rotary: StableLM;
+            _, cos_meta, _ = self.head(*segments[0][2])  # half-width tables: gpt-oss; one per layer type: Gemma-3
+        out: list[Segment] = []
+        for path, module, args in segments:
+            if isinstance(module, HFLayer):
+                x, _, _, k_cache, v_cache = args
+                cos = torch.zeros(cos_meta.shape, dtype=self.dtype, device=device)
+                if self.mla:  # latent cache: c_kv and k_pe, one head
+                    attn: Any = module.self_attn
+                    k_cache = torch.zeros(batch, 1, past_len, attn.kv_lora_rank, dtype=self.dtype, device=device)
+                    v_cache = torch.zeros(batch, 1, past_len, attn.qk_rope_head_dim, dtype=self.dtype, device=device)
+                args = (x, cos, cos, k_cache, v_cache)
+            out.append((path, module, args))
+        return out

@@ -24,7 +24,7 @@ from torchsim.lowering.patterns import Match, Pattern, Patterns, register_patter
 # Innermost module class names of routers and expert containers: torchsim's own (TopKRouter, GroupedExperts) and
 # HF transformers v5's, which every MoE family names <Family>TopKRouter / <Family>Experts (MixtralExperts,
 # Qwen3MoeExperts, GraniteMoeExperts, ...).
-ROUTER_SUFFIX = "TopKRouter"
+ROUTER_SUFFIXES = ("TopKRouter", "TopkRouter")  # DeepSeek-V2/V3 spell it TopkRouter
 EXPERTS_SUFFIXES = ("Experts",)
 _KEEP = frozenset({"linear", "_grouped_mm"})  # ops with kernels of their own inside the MoE scopes
 
@@ -42,7 +42,7 @@ class MoeStagePattern(Pattern):
         self.stage = stage
 
     def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
-        suffixes = (ROUTER_SUFFIX,) if self.stage is MoeStage.ROUTER else EXPERTS_SUFFIXES
+        suffixes = ROUTER_SUFFIXES if self.stage is MoeStage.ROUTER else EXPERTS_SUFFIXES
         scopes: dict[str, list[OpNode]] = {}
         for n in g.nodes:
             if n.module_type and n.module_type.endswith(suffixes):
@@ -55,8 +55,9 @@ class MoeStagePattern(Pattern):
                 yield Match(tuple(picked))
 
     def _select(self, g: OpGraph, nodes: list[OpNode]) -> list[OpNode]:
-        if self.stage is MoeStage.ROUTER:
-            return nodes
+        if self.stage is MoeStage.ROUTER:  # after the router GEMM (its input cast, e.g. DeepSeek's fp32, stays out)
+            gemm = [g.index(n.name) for n in nodes if n.op_name == "linear"]
+            return [n for n in nodes if not gemm or g.index(n.name) > gemm[0]]
         gemms = [g.index(n.name) for n in nodes if n.op_name == "_grouped_mm"]
         if not gemms:
             return []
@@ -75,7 +76,10 @@ def _node(m: Match, op_name: str, stage: MoeStage) -> OpNode:
 
 
 def build_router(m: Match, g: OpGraph, ctx: PlanContext) -> list[KernelCall]:
-    topk = _node(m, "topk", MoeStage.ROUTER)
+    """One fused routing kernel; with group-limited routing (DeepSeek-V3: top-2 per group, top groups, then
+    top-k over the kept experts; vLLM's grouped_topk) the last top-k is the one over all experts."""
+    topk = [n for n in m.nodes if n.op_name == "topk"][-1] if any(n.op_name == "topk" for n in m.nodes) else \
+        _node(m, "topk", MoeStage.ROUTER)
     logits = topk.in_specs[0]
     experts = logits.shape[-1]
     return [ctx.call(KernelKind.ROUTER_TOPK, m.nodes, logits.dtype, label="topk_softmax",
