@@ -97,3 +97,36 @@ def test_a_signal_while_the_parquet_file_is_written(tmp_path: Path, sig: int) ->
     else:
         raise AssertionError(f"the writer was never reached (exit {proc.wait()})")
     _check_stopped(proc, sig, out)
+
+
+# A command whose cleanup hangs after Ctrl-C (what a lock taken inside a library when the signal arrived does).
+STUCK_CLEANUP = """
+import sys, time
+from torchsim.cli import hw, run
+def stuck(args):
+    try:
+        print("READY", file=sys.stderr, flush=True)
+        time.sleep(60)
+    finally:
+        time.sleep(60)  # the cleanup never ends
+hw._list = stuck
+sys.argv = ["torchsim", "hw", "list"]
+run()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_stuck_cleanup_still_ends_the_command(sig: int) -> None:
+    from torchsim.cli import STOP_WITHIN_S
+
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_CLEANUP], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().strip() == "READY"
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143), stderr[-2000:]
+    assert "ended without waiting for the cleanup" in stderr
+    assert STOP_WITHIN_S <= took < STOP_WITHIN_S + 10

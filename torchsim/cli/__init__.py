@@ -15,6 +15,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep", "calibrate", "microbench", "collective")
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     # the commands print a prediction's warnings themselves (once, without a Python source line)
     warnings.filterwarnings("ignore", category=MemoryWarning)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_int = signal.signal(signal.SIGINT, _on_sigint) if _default_sigint() else None
     try:
         from torchsim.cli.paths import check_outputs
 
@@ -117,10 +119,54 @@ def main(argv: list[str] | None = None) -> int:
               f"{REPORT_URL} with the command line (rerun with --debug for the traceback)", file=sys.stderr)
         return 70
     finally:
+        _WATCHDOG.cancel()
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
+
+
+class _Watchdog:
+    """Ends the process if the command has not stopped STOP_WITHIN_S after Ctrl-C or SIGTERM: the `with` blocks
+    normally clean up in well under a second, but a cleanup stuck in a library (a pool's lock taken when the
+    signal arrived) must not keep the command alive. Cancelled when main() returns."""
+
+    def __init__(self) -> None:
+        self.timer: threading.Timer | None = None
+
+    def start(self, code: int, word: str) -> None:
+        if self.timer is None:
+            self.timer = threading.Timer(STOP_WITHIN_S, self._fire, (code, word))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    @staticmethod
+    def _fire(code: int, word: str) -> None:
+        print(f"torchsim: {word}; stopping took over {STOP_WITHIN_S:.0f} s, ended without waiting for the cleanup",
+              file=sys.stderr, flush=True)
+        os._exit(code)
+
+
+STOP_WITHIN_S = 5.0
+_WATCHDOG = _Watchdog()
+
+
+def _default_sigint() -> bool:
+    """Ctrl-C is ours to handle only where Python's own handler is in place (not ignored, not a caller's)."""
+    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    _WATCHDOG.start(130, "interrupted")
+    raise KeyboardInterrupt()
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    _WATCHDOG.start(143, "terminated")
     raise Terminated()
 
 
