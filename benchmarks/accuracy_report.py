@@ -18,6 +18,7 @@ import importlib.util
 import json
 import re
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -51,6 +52,7 @@ def tensix_groups(quick: bool) -> dict[str, list[tuple[str, float]]]:
     spec = importlib.util.spec_from_file_location("validate_tensix", Path(__file__).parent / "validate_tensix.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     with Path(mod.CSV).open() as f:
         published = list(csv.DictReader(f))
