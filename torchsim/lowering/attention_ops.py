@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.lowerings import PlanContext, register_lowering
+from torchsim.lowering.lowerings import PlanContext, attention_call, register_lowering
 from torchsim.lowering.opgraph import OpNode
 
 
@@ -84,14 +84,8 @@ def _attention(node: OpNode, ctx: PlanContext) -> list[KernelCall]:
         extra["sinks"] = True
     if dv != d:
         extra["head_dim_v"] = dv
-    window = int(node.scalar(7, 0) or 0)  # the layer's sliding window: only where it binds (as for SDPA)
-    if 0 < window < skv and (causal or sq == 1):
-        extra["window"] = window
-    if sq == 1:
-        return [ctx.call(KernelKind.ATTENTION_DECODE, [node], q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq,
-                         seq_kv=skv, head_dim=d, paged=False, **extra)]
-    return [ctx.call(KernelKind.ATTENTION_PREFILL, [node], q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq,
-                     seq_kv=skv, head_dim=d, causal=causal, **extra)]
+    return attention_call(node, ctx, q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
+                          causal=causal, window=int(node.scalar(7, 0) or 0), **extra)  # the layer's own window
 
 
 # ---- MLA decode (DeepSeek-V2/V3) -----------------------------------------------------------------------------

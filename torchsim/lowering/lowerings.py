@@ -193,17 +193,23 @@ def _sdpa(node: OpNode, ctx: PlanContext) -> list[KernelCall]:
     hkv, skv = k.shape[1], k.shape[2]
     has_mask = len(node.in_specs) > 3
     causal = bool(node.scalar(5, node.scalar("is_causal", False))) or (has_mask and sq > 1)
-    # a sliding window the calling module declares (capture records it, lowering.capture.WINDOW_KEY): passed
-    # on only where it is shorter than the keys the call attends over, so a window that never binds is none
-    window = node.scalar(WINDOW_KEY)
-    binds: dict[str, Any] = {}
-    if isinstance(window, int) and 0 < window < skv and (causal or sq == 1):
-        binds["window"] = window
-    if sq == 1:
-        return [ctx.call(KernelKind.ATTENTION_DECODE, [node], q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq,
-                         seq_kv=skv, head_dim=d, paged=False, **binds)]
-    return [ctx.call(KernelKind.ATTENTION_PREFILL, [node], q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq,
-                     seq_kv=skv, head_dim=d, causal=causal, **binds)]
+    # a sliding window the calling module declares (capture records it, lowering.capture.WINDOW_KEY)
+    return attention_call(node, ctx, q.dtype, batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d,
+                          causal=causal, window=node.scalar(WINDOW_KEY))
+
+
+def attention_call(node: OpNode, ctx: PlanContext, dtype: DType, *, batch: int, heads_q: int, heads_kv: int,
+                   seq_q: int, seq_kv: int, head_dim: int, causal: bool, window: Any, **extra: Any) -> list[KernelCall]:
+    """The kernel a serving runtime launches for one attention op: split-KV decode for one query token, else
+    FlashAttention prefill. A sliding window is passed on only where it is shorter than the keys the call attends
+    over, so a window that never binds is none."""
+    if isinstance(window, int) and 0 < window < seq_kv and (causal or seq_q == 1):
+        extra["window"] = window
+    shape: dict[str, Any] = dict(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seq_q=seq_q, seq_kv=seq_kv,
+                                 head_dim=head_dim)
+    if seq_q == 1:
+        return [ctx.call(KernelKind.ATTENTION_DECODE, [node], dtype, paged=False, **shape, **extra)]
+    return [ctx.call(KernelKind.ATTENTION_PREFILL, [node], dtype, causal=causal, **shape, **extra)]
 
 
 @register_lowering(aten.embedding.default)
