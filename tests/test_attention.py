@@ -304,3 +304,23 @@ def test_triton_warp_groups_meet_at_a_barrier_every_iteration() -> None:
     assert (idx["pv1[0]"], idx["qk0[1]"]) in order and (idx["pv0[0]"], idx["qk1[1]"]) in order
     data = {(s, d) for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind) if k == Edge.DATA}
     assert (idx["rowmax_0[1]"], idx["exp_0[1]"]) in data  # exp2 waits for the row max
+
+
+@pytest.mark.parametrize("hw_name", ["a100-sxm", "h100-sxm", "b200"])
+def test_soft_capping_costs_a_tanh_per_score(hw_name: str) -> None:
+    from torchsim.lowering.templates.attention_calls import shape_of
+
+    hw = get_profile(hw_name)
+    args = dict(batch=1, heads_q=16, heads_kv=8, seq_q=2048, seq_kv=2048, head_dim=128, causal=True)
+    plain = KernelCall.make(KernelKind.ATTENTION_PREFILL, **args)
+    capped = KernelCall.make(KernelKind.ATTENTION_PREFILL, softcap=50.0, **args)
+    assert shape_of(capped).softcap == 50.0
+    kp, kc = build_kernel(plain, hw), build_kernel(capped, hw)
+
+    def sfu(kg):  # type: ignore[no-untyped-def]
+        return sum(float(c.graph.work[c.graph.unit == int(Unit.SFU)].sum()) * c.count for c in kg.classes)
+
+    assert sfu(kc) > sfu(kp)  # the tanh of every score joins the exp2
+    rp, rc = simulate(kp, hw), simulate(kc, hw)
+    assert rc.cycles >= rp.cycles
+    assert rc.time_s >= kc.flops / hw.peak_tensor_flops_per_s(DType.BF16)  # never beats the roofline

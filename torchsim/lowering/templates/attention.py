@@ -101,6 +101,7 @@ def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int, name: str 
     b = GraphBuilder(f"{name}/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/{n}blocks/{masked}masked", shape.dtype)
     if hw is not None:
         writer.setdefault("mma_scale", mma_work_scale(cfg.variant, hw, shape.dtype))
+    writer.setdefault("softcap", shape.softcap > 0)
     tma = cfg.variant not in (AttnVariant.FA2, AttnVariant.TRITON)
     w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=tma, **writer)
     {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4,

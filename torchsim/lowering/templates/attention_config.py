@@ -79,6 +79,9 @@ class AttnShape:
     dtype: DType = DType.BF16
     head_dim_v: int = 0  # 0: same as head_dim
     window: int = 0  # sliding window in keys, 0: none
+    # logit soft-capping (Gemma-2): s -> cap * tanh(s / cap) before the softmax, as FlashAttention-2/3's
+    # `softcap` argument computes it (one MUFU.TANH and two FMULs per score); 0: none
+    softcap: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"):

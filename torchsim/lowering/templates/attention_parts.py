@@ -41,6 +41,7 @@ class AttnWriter:
     datapath_rows: int = 1  # MMA rows filling the tensor datapath: shorter MMAs take as long (attention_config)
     tmem_accumulators: bool = False  # sm100: MMA results land in TMEM, not in the issuing warps' registers
     mma_scale: float = 1.0  # datapath time per FLOP relative to the tensor rate (mma.sync: attention_config)
+    softcap: bool = False  # logit soft-capping: a tanh on the SFU and two FMULs per score (AttnShape.softcap)
     _table: int = -1
 
     # -- global tiles -------------------------------------------------------------------------------------
@@ -131,8 +132,9 @@ class AttnWriter:
         if rescale_o:
             lane_ops += rows * self.head_dim_v
         lane_ops += elems * poly_fraction * POLY_EXP_LANE_OPS
+        lane_ops += 2.0 * elems * self.softcap  # s / cap and cap * tanh
         fma = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=lane_ops * FLOP_PER_LANE_OP, name=f"softmax_{name}")
-        sfu_share = elems * (1.0 - poly_fraction)
+        sfu_share = elems * (1.0 - poly_fraction + self.softcap)  # exp2 (less its polynomial part), tanh
         if sfu_share <= 0:
             return [fma]
         return [fma, self.b.node(group, Op.EXP, Unit.SFU, work=sfu_share, name=f"exp_{name}")]
@@ -143,11 +145,11 @@ class AttnWriter:
         the sum and pack, side by side, with the O rescale. Returns (the row-max node, which reads S; the
         nodes after which P and the rescaled O are ready)."""
         elems = rows * cols
-        pre = elems * (1.0 + (MASK_LANE_OPS if masked else 0.0))
+        pre = elems * (1.0 + (MASK_LANE_OPS if masked else 0.0) + 2.0 * self.softcap)  # soft-capping first
         post = elems * (SOFTMAX_LANE_OPS - 1.0) + rows * self.head_dim_v
         first = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=pre * FLOP_PER_LANE_OP, name=f"rowmax_{name}")
         rest = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=post * FLOP_PER_LANE_OP, name=f"softmax_{name}")
-        exp = self.b.node(group, Op.EXP, Unit.SFU, work=elems, name=f"exp_{name}")
+        exp = self.b.node(group, Op.EXP, Unit.SFU, work=elems * (1.0 + self.softcap), name=f"exp_{name}")
         self.b.data(first, rest)
         self.b.data(first, exp)
         return first, [rest, exp]
