@@ -131,12 +131,6 @@ def _kernel_limits(gen: str, index: int) -> dict[str, Quantity]:
         tree_ll128_channel_bytes_per_s=doc(t128 * 1e9, "B/s", src + " (perChMaxTreeLL128Bws)"))
 
 
-def _link_fields(link: LinkSpec) -> dict[str, Any]:
-    return {k: getattr(link, k) for k in ("links_per_device", "link_bytes_per_s", "link_effective_bytes_per_s",
-                                          "ring_step_ll_s", "ring_step_ll128_s", "ring_step_simple_s",
-                                          "tree_step_ll_s", "tree_step_ll128_s", "tree_step_simple_s")}
-
-
 _RING_CH = ("assumed: one CTA per channel and 16 channels (the NVLS count of " + NCCL_NVLS + " NVLS_NCHANNELS_SM90; "
             "NCCL's ring search picks its own count per topology, not modelled)")
 _NVSWITCH_BRIDGE = dict(
@@ -151,7 +145,7 @@ def _nvswitch_system(name: str, description: str, device: GpuProfile, link: Link
     fields_: dict[str, Any] = dict(
         name=name, description=description, device=device, link=link.name, fabric="nvswitch",
         in_network_reduction=nvls, ll128=link.ll128,
-        device_count=doc(8, "GPUs", count_source), **_link_fields(link),
+        device_count=doc(8, "GPUs", count_source), **link.quantities(),
         nvls_step_s=doc(25e-6, "s", NCCL_TUNING + " hwLatencies[NVLINK][NVLS][Simple] (NVLS has no base latency)"),
         nvls_channels=doc(16, "CTAs", NCCL_NVLS + " NVLS_NCHANNELS_SM90"),
         ring_channels=assumed(16, "CTAs", _RING_CH),
@@ -239,7 +233,7 @@ h100_pcie_8 = SystemProfile(
     "behind PCIe switches, no NVLink bridges", device=h100_pcie, link=PCIE5_HOST.name, fabric="pcie",
     in_network_reduction=False, ll128=PCIE5_HOST.ll128,
     device_count=assumed(8, "GPUs", "assumed: a common 8-GPU PCIe server layout (2 CPU sockets x 4 GPUs)"),
-    **_link_fields(PCIE5_HOST),
+    **PCIE5_HOST.quantities(),
     nvls_step_s=doc(0.0, "s", "unused: no NVSwitch"),
     nvls_efficiency=doc(0.0, "fraction", "no NVSwitch: no in-network reduction"),
     nvls_channels=doc(1, "CTAs", "unused: no NVSwitch"),

@@ -154,6 +154,19 @@ class Siblings(Pattern):
                 yield Match(tuple(members))
 
 
+def rope_matches(g: OpGraph, by_table: dict[str, list[tuple[str, OpNode]]], taken: set[str], *,
+                 root: str) -> Iterator[Match]:
+    """One match per rotary table: the (part, node) pairs found reading it, in graph order, unless a part
+    other than the `root` (the op whose output is the rotated tensor) feeds something outside the match."""
+    for parts in by_table.values():
+        nodes = tuple(sorted({n for _, n in parts}, key=lambda n: g.index(n.name)))
+        inside = {n.name for n in nodes}
+        if any(escapes(g, n, inside) for k, n in parts if k != root):
+            continue
+        taken |= inside
+        yield Match(nodes, tuple(parts))
+
+
 @dataclass(frozen=True)
 class RotateHalfRope(Pattern):
     """`x * cos + cat(-x2, x1) * sin` for every tensor rotated with the same cos table: one RoPE kernel."""
@@ -167,13 +180,7 @@ class RotateHalfRope(Pattern):
             if found and not any(n.name in taken for _, n in found):
                 cos = through_views(g, next(n for k, n in found if k == "mul_cos").inputs[1])
                 by_table.setdefault(cos, []).extend(found)
-        for parts in by_table.values():
-            nodes = tuple(sorted({n for _, n in parts}, key=lambda n: g.index(n.name)))
-            inside = {n.name for n in nodes}
-            if any(escapes(g, n, inside) for k, n in parts if k != "add"):
-                continue
-            taken |= inside
-            yield Match(nodes, tuple(parts))
+        yield from rope_matches(g, by_table, taken, root="add")
 
     @staticmethod
     def _one(g: OpGraph, add: OpNode) -> list[tuple[str, OpNode]] | None:
@@ -391,13 +398,7 @@ class ChunkRope(Pattern):
             found = self._one(g, cat)
             if found and not any(n.name in taken for _, n in found):
                 by_table.setdefault(found[-1][0], []).extend(found[:-1])
-        for parts in by_table.values():
-            nodes = tuple(sorted({n for _, n in parts}, key=lambda n: g.index(n.name)))
-            inside = {n.name for n in nodes}
-            if any(escapes(g, n, inside) for k, n in parts if k != "cat"):
-                continue
-            taken |= inside
-            yield Match(nodes, tuple(parts))
+        yield from rope_matches(g, by_table, taken, root="cat")
 
     @staticmethod
     def _one(g: OpGraph, cat: OpNode) -> list[tuple[str, OpNode]] | None:
