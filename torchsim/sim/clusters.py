@@ -12,7 +12,7 @@ import numpy as np
 from torchsim.graph import Space
 from torchsim.sim.prepare import ISSUE_ONLY
 from torchsim.sim.resources import Pipeline
-from torchsim.sim.state import EV_LAUNCH, W_BARRIER, CtaState
+from torchsim.sim.state import EV_LAUNCH, EV_SYNC, W_BARRIER, CtaState
 
 
 class ClusterMixin:
@@ -76,7 +76,7 @@ class ClusterMixin:
                 c2.why[k] = W_BARRIER
                 c2.ready_t[k] = t
                 if c2.prep.code[k] == ISSUE_ONLY:
-                    self.instant.append((c2, k))
+                    self.instant.append((EV_SYNC, c2, k))
                 else:
                     p = c2.prep
                     sm = c2.smo

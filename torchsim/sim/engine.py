@@ -126,7 +126,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.cal: dict[int, list[tuple[int, Any, Any]]] = {}
         self.wake_ev = [(EV_WAKE, sm, sm.index) for sm in self.sms]  # one shared calendar entry per SM
         self.dirty: list[int] = []
-        self.instant: deque[tuple[CtaState, int]] = deque()
+        self.instant: deque[tuple[int, CtaState, int]] = deque()
         self.is_dirty = [False] * self.nsm
         self.pending = [(ci, r) for ci, c in enumerate(kernel.classes) for r in range(c.count)]
         self.next_cta = 0

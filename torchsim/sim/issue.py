@@ -14,7 +14,7 @@ from torchsim.sim.policy import IssuePolicy
 from torchsim.sim.prepare import ISSUE_ONLY
 from torchsim.sim.resources import Pipeline
 from torchsim.sim.result import NodeRecord
-from torchsim.sim.state import NEVER, W_BARRIER, WAIT_NAMES, CtaState, SmState
+from torchsim.sim.state import EV_SYNC, NEVER, W_BARRIER, WAIT_NAMES, CtaState, SmState
 
 PICK_SORT, PICK_OLDEST, PICK_GTO, PICK_RR = 0, 1, 2, 3  # how the event loop finds the policy's first choice
 LDST = int(Unit.LDST)
@@ -26,7 +26,7 @@ class IssueMixin:
     policies: list[IssuePolicy]
     dirty: list[int]
     is_dirty: list[bool]
-    instant: deque[tuple[CtaState, int]]
+    instant: deque[tuple[int, CtaState, int]]  # (EV_SYNC or EV_DONE, cta, node): handled in the issue rounds
     records: list[NodeRecord]
     full: tuple[int, ...]  # full_sps(nsp)
     pick: int
@@ -53,7 +53,7 @@ class IssueMixin:
                 cta.why[k] = W_BARRIER
                 cta.ready_t[k] = t
                 if p.code[k] == ISSUE_ONLY:
-                    self.instant.append((cta, k))
+                    self.instant.append((EV_SYNC, cta, k))
                 else:
                     sm = cta.smo
                     u = sm.ulist[p.unit[k]]

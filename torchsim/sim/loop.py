@@ -21,33 +21,23 @@ from typing import Any
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.memory import K_LDG, K_PIPE, K_REMOTE, K_WRITE
 from torchsim.sim.prepare import ISSUE_ONLY, R_INSTANT, R_QUEUE
-from torchsim.sim.state import EV_DONE, EV_READY, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState
+from torchsim.sim.state import EV_DONE, EV_LAUNCH, EV_READY, EV_SYNC, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState
 
 
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
-    times = eng.times
-    cal = eng.cal
-    wake_ev = eng.wake_ev
-    pop = heapq.heappop
-    push = heapq.heappush
-    sms = eng.sms
-    dirty = eng.dirty
-    is_dirty = eng.is_dirty
-    instant = eng.instant
-    stalls = eng.stalls
-    record = eng.record
-    retire = eng._retire
+    times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
+    pop, push = heapq.heappop, heapq.heappush
+    sms, dirty, is_dirty = eng.sms, eng.dirty, eng.is_dirty  # the SMs, those to look at this cycle
+    instant = eng.instant  # this cycle's synchronisation nodes to retire (EV_SYNC) and their completions (EV_DONE)
+    stalls, record, retire = eng.stalls, eng.record, eng._retire
+    # the memory hierarchy: a profile's own memory system, or L1 -> L2 (lines, bandwidth) -> DRAM inline
     memsys = eng.memsys
-    l1_lat = getattr(eng, "l1_lat", 0)
-    l2 = eng.l2
+    l2, l2srv = eng.l2, eng.l2srv
     l2lines = l2.lines
-    l2_touch = l2lines.move_to_end
-    l2_evict = l2lines.popitem
-    l2srv = eng.l2srv
+    l2_touch, l2_evict = l2lines.move_to_end, l2lines.popitem
     dram_serve = eng.dram.serve_kind  # DramServer: the cost per byte depends on the read/write mix
-    l2_lat = getattr(eng, "l2_lat", 0)
-    dram_lat = getattr(eng, "dram_lat", 0)
+    l1_lat, l2_lat, dram_lat = (getattr(eng, f, 0) for f in ("l1_lat", "l2_lat", "dram_lat"))
     full = eng.full
     lazy = eng.lazy
     # a sorting or throttling policy, or clusters: the SM scan of IssueMixin._choose, waking at what it names
@@ -105,6 +95,14 @@ def event_loop(eng: Any) -> int:
                 cal[lb] = [wake_ev[s]]
                 push(times, lb)
 
+    def schedule(x: int, ev: tuple[Any, ...]) -> None:
+        """Event ev at cycle x (written inline where every node pays for it)."""
+        if x in cal:
+            cal[x].append(ev)
+        else:
+            cal[x] = [ev]
+            push(times, x)
+
     def ready(cta: CtaState, k: int, t: int) -> None:
         """Node k of cta has every edge released at t: a barrier wait short of its arrivals waits on them, a
         synchronisation node retires in this cycle's issue rounds, any other node joins its queue."""
@@ -122,7 +120,7 @@ def event_loop(eng: Any) -> int:
                 return
         if p.code[k] == ISSUE_ONLY:
             cta.ready_t[k] = t
-            instant.append((cta, k))
+            instant.append((EV_SYNC, cta, k))
         else:
             enqueue(cta, k, t)
 
@@ -132,107 +130,92 @@ def event_loop(eng: Any) -> int:
         # -- completions, readiness, wake-ups and launches at t, in the order they were scheduled (including any
         # scheduled meanwhile). A wake-up only marks its SM, a node joining a queue only marks its SM or moves an
         # unmarked SM's `wake` earlier, and the pick among queued nodes does not depend on their queue order,
-        # so the order of these at one cycle does not matter.
+        # so the order of these at one cycle does not matter. Then the issue rounds, until quiet: each
+        # synchronisation node in turn (an EV_SYNC through the same handler, followed at once by its EV_DONE when
+        # it completes in the same cycle), then the marked SMs in index order.
         evs = cal[t]
-        for kind, a, b in evs:
-            if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
-                if a.wake == t:
-                    a.wake = NEVER
-                    if not is_dirty[b]:
-                        is_dirty[b] = True
-                        dirty.append(b)
-            elif kind == EV_READY:  # the last data of node b of CTA a arrives
-                a.why[b] = W_DATA
-                enqueue(a, b, t)
-            elif kind == EV_DONE:  # node b of CTA a completes: release its data edges
-                p = a.prep
-                pred = a.pred
-                for k in p.data_succ[b]:
-                    n = pred[k] - 1
-                    pred[k] = n
-                    if n:
+        first = True
+        while True:
+            for kind, a, b in evs:
+                if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
+                    if a.wake == t:
+                        a.wake = NEVER
+                        if not is_dirty[b]:
+                            is_dirty[b] = True
+                            dirty.append(b)
+                elif kind == EV_READY:  # the last data of node b of CTA a arrives
+                    a.why[b] = W_DATA
+                    enqueue(a, b, t)
+                elif kind != EV_LAUNCH:  # node b of CTA a completes (EV_DONE: its data edges) or retires (EV_SYNC:
+                    # its order edges first)
+                    p = a.prep
+                    pred = a.pred
+                    if kind == EV_DONE:
+                        succ = p.data_succ[b]
+                        why = W_DATA
+                    else:
+                        _, g, occ, work, sio, sio_occ, succ, arrive, extra, dq = a.info[b]
+                        gl = a.grp_last
+                        dep = t - gl[g]  # its wait on its group (it was ready at t: a sync node never waits to issue)
+                        if dep > 0:
+                            w = a.why[b]
+                            stalls[w if w < 3 else 0] += dep
+                        gl[g] = t
+                        why = W_ORDER
+                    rkind = p.rkind
+                    for k in succ:
+                        n = pred[k] - 1
+                        pred[k] = n
+                        if n:
+                            continue
+                        a.why[k] = why
+                        rk = rkind[k]
+                        if rk == R_QUEUE:
+                            enqueue(a, k, t)
+                        elif rk == R_INSTANT:
+                            a.ready_t[k] = t
+                            instant.append((EV_SYNC, a, k))
+                        else:
+                            ready(a, k, t)
+                    if kind == EV_DONE:
+                        a.remaining -= 1
+                        if a.remaining == 0:
+                            retire(a, t)
                         continue
-                    a.why[k] = W_DATA
-                    rk = p.rkind[k]
-                    if rk == R_QUEUE:
-                        enqueue(a, k, t)
-                    elif rk == R_INSTANT:
-                        a.ready_t[k] = t
-                        instant.append((a, k))
-                    else:
-                        ready(a, k, t)
-                a.remaining -= 1
-                if a.remaining == 0:
-                    retire(a, t)
-            else:  # CTA b launches on SM a
-                cta = eng._launch(a, b, t)
-                for j in cta.prep.roots:
-                    ready(cta, j, t)
-        del cal[t]
-        # -- issue rounds: synchronisation nodes first, then the marked SMs in index order, until quiet
-        while dirty or instant:
-            while instant:
-                cta, j = instant.popleft()
-                kind, g, occ, work, sio, sio_occ, osucc, arrive, extra, dq = cta.info[j]
-                # -- a synchronisation node retires at once, unless it moves bytes through the shared-memory port
-                rt = cta.ready_t[j]
-                gl = cta.grp_last
-                dep = rt - gl[g]
-                if dep > 0:
-                    w = cta.why[j]
-                    stalls[w if w < 3 else 0] += dep
-                if t > rt:
-                    stalls[4] += t - rt
-                gl[g] = t
-                p = cta.prep
-                rkind = p.rkind
-                pred = cta.pred
-                for k in osucc:
-                    n = pred[k] - 1
-                    pred[k] = n
-                    if n == 0:
-                        cta.why[k] = W_ORDER
-                        if rkind[k] == R_QUEUE:
-                            enqueue(cta, k, t)
-                        elif rkind[k] == R_INSTANT:
-                            cta.ready_t[k] = t
-                            instant.append((cta, k))
+                    # the rest of a synchronisation node: its barrier arrival; it completes now (the EV_DONE appended
+                    # here is handled next), unless it moves bytes through the shared-memory port
+                    if arrive >= 0:
+                        if clusters or a.bar_wait[arrive]:
+                            eng._arrive(a, arrive, t)
                         else:
-                            ready(cta, k, t)
-                if arrive >= 0:
-                    if clusters or cta.bar_wait[arrive]:
-                        eng._arrive(cta, arrive, t)
+                            a.bar[arrive] += 1
+                    done = t
+                    if sio_occ:
+                        port = a.smo.ulist[LDST]
+                        assert port is not None
+                        done = port.occupy(t, sio_occ, sio)[1]
+                    if record:
+                        eng._record(a, b, t, t, t, done, dep)
+                    if done == t:  # handled next, before any other synchronisation node
+                        instant.appendleft((EV_DONE, a, b))
+                    elif done in cal:
+                        cal[done].append((EV_DONE, a, b))
                     else:
-                        cta.bar[arrive] += 1
-                done = t
-                if sio_occ:
-                    port = cta.smo.ulist[LDST]
-                    assert port is not None
-                    done = port.occupy(t, sio_occ, sio)[1]
-                if record:
-                    eng._record(cta, j, rt, t, t, done, dep)
-                if done > t:
-                    if done in cal:
-                        cal[done].append((EV_DONE, cta, j))
-                    else:
-                        cal[done] = [(EV_DONE, cta, j)]
+                        cal[done] = [(EV_DONE, a, b)]
                         push(times, done)
-                    continue
-                for k in p.data_succ[j]:
-                    n = pred[k] - 1
-                    pred[k] = n
-                    if n == 0:
-                        cta.why[k] = W_DATA
-                        if rkind[k] == R_QUEUE:
-                            enqueue(cta, k, t)
-                        elif rkind[k] == R_INSTANT:
-                            cta.ready_t[k] = t
-                            instant.append((cta, k))
-                        else:
-                            ready(cta, k, t)
-                cta.remaining -= 1
-                if cta.remaining == 0:
-                    retire(cta, t)
+                else:  # CTA b launches on SM a
+                    cta = eng._launch(a, b, t)
+                    for j in cta.prep.roots:
+                        ready(cta, j, t)
+            if first:
+                del cal[t]
+                first = False
+            if instant:
+                evs = (instant.popleft(),)
+                continue
+            if not dirty:
+                break
+            evs = ()
             if len(dirty) == 1:  # the common case: one SM
                 s = dirty.pop()
                 is_dirty[s] = False
@@ -271,15 +254,6 @@ def event_loop(eng: Any) -> int:
                         if q and t + 1 < nxt:  # one issue per subpartition per cycle
                             nxt = t + 1
                         unit = best[4]
-                    elif len(q) == 1:  # one entry: it issues if its subpartitions and unit are free
-                        best = q[0]
-                        m = best[3]
-                        if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
-                            continue
-                        unit = best[4]
-                        if not unit.queued and unit.free_at > t:
-                            continue
-                        q.clear()
                     else:
                         # the policy's first choice among the entries whose subpartitions and unit are free:
                         # smallest (flag, age, node), flag = not the last-issued group (GTO), at or before it (RR)
@@ -337,13 +311,8 @@ def event_loop(eng: Any) -> int:
                             if n == 0:
                                 cta.why[k] = W_ORDER
                                 if rkind[k] == R_QUEUE:
-                                    x = cta.data_at[k]
-                                    if x > t:  # data released at a predecessor's issue arrives later
-                                        if x in cal:
-                                            cal[x].append((EV_READY, cta, k))
-                                        else:
-                                            cal[x] = [(EV_READY, cta, k)]
-                                            push(times, x)
+                                    if cta.data_at[k] > t:  # its data arrives later: enqueue makes it ready then
+                                        enqueue(cta, k, t)
                                         continue
                                     # joins a queue of this SM: the wake-up computed after the scan covers it,
                                     # unless it could issue in this cycle (a subpartition still free)
@@ -358,7 +327,7 @@ def event_loop(eng: Any) -> int:
                                         dirty.append(s)
                                 elif rkind[k] == R_INSTANT:
                                     cta.ready_t[k] = t
-                                    instant.append((cta, k))
+                                    instant.append((EV_SYNC, cta, k))
                                 else:
                                     ready(cta, k, t)
                     if arrive >= 0:
@@ -467,11 +436,7 @@ def event_loop(eng: Any) -> int:
                 if general and not lazy:  # wake at the earliest cycle the scan named, unless one is due before
                     if nxt < sm.wake:
                         sm.wake = nxt
-                        if nxt in cal:
-                            cal[nxt].append(wake_ev[s])
-                        else:
-                            cal[nxt] = [wake_ev[s]]
-                            push(times, nxt)
+                        schedule(nxt, wake_ev[s])
                     continue
                 if is_dirty[s]:  # looked at again this cycle
                     continue

@@ -18,8 +18,9 @@ W_DATA, W_ORDER, W_BARRIER, W_LAUNCH = 0, 1, 2, 3
 WAIT_NAMES = ("data", "order", "barrier", "launch")
 # what the engine's calendar holds at a cycle: (EV_DONE, cta, node) a node completes, (EV_WAKE, sm, sm index)
 # an SM is looked at again (stale when its `wake` moved since), (EV_LAUNCH, sm index, CTA index) a CTA launches,
-# (EV_READY, cta, node) a node whose edges were all released becomes ready as its last data arrives
-EV_DONE, EV_WAKE, EV_LAUNCH, EV_READY = 0, 1, 2, 3
+# (EV_READY, cta, node) a node whose edges were all released becomes ready as its last data arrives; and, never in
+# the calendar, (EV_SYNC, cta, node) a synchronisation node retires in the issue rounds of the cycle it is ready
+EV_DONE, EV_WAKE, EV_LAUNCH, EV_READY, EV_SYNC = 0, 1, 2, 3, 4
 NEVER = 1 << 62  # an SM's `wake` when none is pending (a cycle no simulation reaches: one comparison tests both)
 
 
