@@ -19,8 +19,10 @@ row (nothing is fitted to a row):
   decode are not overlapped (TensorRT-LLM mixes them into one batch; an upper bound on the time);
 - `serving` preset, CUDA graphs, FP8 rows as FP8 E4M3 GEMMs (`predict(dtype="fp8")`); a simulation budget of
   1M node events per kernel, so the decode attention at these batch sizes is simulated, not a roofline.
-Rows skipped, with the reason: Tenstorrent hardware (validated elsewhere), tensor parallelism > 1 (no
-multi-GPU model), NVFP4 (no FP4 GEMM template), metrics other than output tokens/s.
+Rows skipped, with the reason: Tenstorrent hardware (validated elsewhere),
+NVFP4 (no FP4 GEMM template), pipeline parallelism, metrics other than output tokens/s. Tensor-parallel rows
+(tp > 1) run one rank of the Megatron split (torchsim.lowering.parallel) with NCCL-costed all-reduces; weights
+and KV heads per GPU set the concurrency.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ def register(sub: Any) -> None:
     p.add_argument("--batch", type=int_in(1, 1 << 16), default=1, help="sequences per step (default 1)")
     p.add_argument("--preset", default="serving", choices=("serving", "eager"), help="kernel fusion preset")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
+    p.add_argument("--tp", type=int_in(1, 64), default=1,
+                   help="tensor-parallel GPUs on each profile's 8-GPU system (default 1)")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--approximate", action="store_true",
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"predicting {args.model} on {hw.name} ...", file=sys.stderr)
         preds.append(predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                              preset=args.preset, routing=args.routing, fallback=args.fallback,
-                             workers=args.workers, progress=not args.json and sys.stderr.isatty()))
+                             workers=args.workers, tp=args.tp, progress=not args.json and sys.stderr.isatty()))
     from torchsim.validation.accuracy import notes_for as accuracy_notes
 
     dtype = getattr(args, "dtype", "bf16")
@@ -116,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
         for w in (w for p in preds for w in p.warnings):
             print(f"warning: {w}", file=sys.stderr)
         first = preds[0]
+        tp = f", tensor parallel over {args.tp} GPUs" if args.tp > 1 else ""
         print(f"{first.model}: batch {first.batch}, prompt {first.prompt_len}, {first.decode_steps} decode steps "
-              f"(preset {first.preset}, launch {first.launch})\n")
+              f"(preset {first.preset}, launch {first.launch}{tp})\n")
         summaries = [summarize(prediction_records(p), top=args.top, ttft_s=p.ttft_s,
                                tpot_s=p.tpot_s if p.decode_steps else None) for p in preds]
         print(comparison_table(summaries, top=args.top))

@@ -45,6 +45,9 @@ def register(sub: Any) -> None:
     p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
                    help="KV-cache dtype (default: the model dtype; fp8 halves K/V bytes in decode attention)")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
+    p.add_argument("--tp", type=int_in(1, 64), default=1,
+                   help="tensor-parallel GPUs (Megatron splits + NCCL collectives on the GPU's 8-GPU system, or on "
+                        "the system --hw names, e.g. dgx-h100; default 1)")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--tune", action="store_true",
@@ -77,24 +80,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from torchsim.sim.policy import default_policy, policy_profile
 
-    hw = _grid_profile(args)
+    hw = _system_device(args) or _grid_profile(args)
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(approximated(args), policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
                        dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
-                       workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact,
+                       workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile
     from torchsim.validation.accuracy import notes_for
 
-    notes = notes_for(get_profile(args.hw).name, args.dtype)
+    device = get_profile(args.hw) if isinstance(hw, str) or args.grid is not None else hw  # a system's GPU
+    notes = notes_for(device.name, args.dtype)
     if args.json:
         doc = json.loads(pred.to_json())
         doc["accuracy"] = notes
         print(json.dumps(doc))
-        for line in export_predictions(args, [pred], [get_profile(args.hw)]):
+        for line in export_predictions(args, [pred], [device]):
             print(line, file=sys.stderr)
         return 0
     for w in pred.warnings:
@@ -112,12 +116,27 @@ def run(args: argparse.Namespace) -> int:
     print("accuracy (against published measurements; docs/validation.md):")
     for n in notes.values():
         print(f"  - {n}")
-    for line in export_predictions(args, [pred], [get_profile(args.hw)]):
+    for line in export_predictions(args, [pred], [device]):
         print(line)
     return 0
 
 
 
+
+
+def _system_device(args: argparse.Namespace) -> Any:
+    """`--hw` naming a multi-GPU system (dgx-h100, ...): one of its GPUs, for a run over `--tp` of them."""
+    from torchsim.hwmodels.systems import builtin_system, is_system
+
+    if not is_system(args.hw) or args.hw.strip().lower().endswith(".toml"):
+        return None
+    system = builtin_system(args.hw)
+    if args.tp == 1:
+        raise UsageError(f"--hw {args.hw} is a system of {system.devices} GPUs: pass --tp N (2..{system.devices}) to "
+                         f"split the model over N of its GPUs, or --hw {system.device.name} for one GPU")
+    if args.grid is not None:
+        raise UsageError("--grid is a Tenstorrent option; --hw names a GPU system")
+    return system.device
 
 
 def _grid_profile(args: argparse.Namespace) -> Any:

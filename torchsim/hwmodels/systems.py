@@ -274,6 +274,15 @@ def get_system(name: str) -> SystemProfile:
     return builtin_system(name)
 
 
+def system_for(device: str) -> SystemProfile:
+    """The built-in system a tensor-parallel run of GPU profile `device` takes (the 8-GPU box it comes in)."""
+    for system in SYSTEMS.values():
+        if system.device.name == device:
+            return system
+    raise KeyError(f"no built-in multi-GPU system has {device!r} GPUs; systems: "
+                   + ", ".join(f"{s.name} ({s.device.name})" for s in SYSTEMS.values()))
+
+
 def is_system(name: str) -> bool:
     """Whether `name` names a built-in system or a what-if file based on one (a cheap check for the CLI)."""
     key = str(name).strip().lower()
@@ -289,4 +298,4 @@ def is_system(name: str) -> bool:
 
 
 __all__ = ["SYSTEMS", "SYSTEM_DEVICES", "SystemProfile", "builtin_system", "get_system", "h100_pcie", "is_system",
-           "system_names"]
+           "system_for", "system_names"]

@@ -96,6 +96,8 @@ def work(call: KernelCall) -> tuple[float, float, bool]:
         return float(rows * v), rows * v * b + rows * 8, False
     if k is KernelKind.REDUCE:
         return float(p("numel_in")), (p("numel_in") + p("numel_out")) * b, False
+    if k is KernelKind.COLLECTIVE:  # bytes each rank sends (costed on links by torchsim.sim.collectives)
+        return 0.0, float(p("nbytes")), False
     raise ValueError(f"no roofline formula for kernel kind {k.value} ({call.name})")
 
 

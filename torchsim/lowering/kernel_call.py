@@ -32,6 +32,7 @@ class KernelKind(Enum):
     ROUTER_TOPK = "router_topk"  # tokens, experts, top_k
     ARGMAX = "argmax"  # rows, vocab
     REDUCE = "reduce"  # numel_in, numel_out
+    COLLECTIVE = "collective"  # op ("all-reduce"|"all-gather"), nbytes (per rank, as nccl-tests), ranks, system
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchsim.lowering.fallback import roofline, work
-from torchsim.lowering.kernel_call import KernelCall, KernelKind  # noqa: F401 (KernelKind: the doctests)
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.repeats import EXACT_EVENTS
 from torchsim.prediction.workers import worker_pool
@@ -229,6 +229,8 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
     (one flagged launch) only when no template serves the call."""
     if call.p("roofline", False):
         return (_roofline(call, hw, "op has no lowering (fallback=roofline)"),)
+    if call.kind is KernelKind.COLLECTIVE:
+        return (_collective(call, hw),)
     try:
         from torchsim.lowering.templates import build_kernels
     except ImportError:  # the template library is optional while it is being written
@@ -272,6 +274,24 @@ def _from_result(kg: Any, r: Any, events: int) -> KernelSim:
                      bound=str(r.bound), method=str(r.attrs.get("method", "exact")),
                      extrapolation=str(r.attrs.get("extrapolation", "")), events=int(r.attrs.get("sim_events", events)),
                      **_clock(r))
+
+
+def _collective(call: KernelCall, hw: Any) -> KernelSim:
+    """A tensor-parallel collective: NCCL's pick of algorithm and protocol on the system's links, at the device
+    time CUDA-graph replay sees (torchsim.sim.collectives; the channels' SMs are not taken from other kernels,
+    which do not run beside it on the one stream)."""
+    from torchsim.hwmodels.systems import get_system
+    from torchsim.sim.collectives import collective_cost
+
+    cost = collective_cost(call.p("op"), get_system(call.p("system")), call.p("ranks"), call.p("nbytes"))
+    clock = float(getattr(hw, "clock_hz_value", 1e9))
+    bound = "latency" if cost.latency_s >= cost.time_s / 2 else "interconnect bandwidth"
+    return KernelSim(template=f"nccl/{cost.collective}/{cost.algorithm}/{cost.protocol}",
+                     config={"algorithm": cost.algorithm, "protocol": cost.protocol, "channels": cost.channels,
+                             "busbw_GBps": round(cost.busbw_bytes_per_s / 1e9, 3), "system": cost.system},
+                     cycles=int(round(cost.time_s * clock)), time_s=cost.time_s, flops=0.0, dram_bytes=0.0,
+                     l2_hit_rate=0.0, bound=bound, method="collective model (torchsim.sim.collectives)",
+                     clock_hz=clock, clock_reason="a collective: link time, not SM cycles")
 
 
 def _roofline(call: KernelCall, hw: Any, why: str) -> KernelSim:

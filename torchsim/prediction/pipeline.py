@@ -20,6 +20,7 @@ from torchsim.graph.kinds import DType
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.parallel import shard_plan
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
 from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
 from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
@@ -40,7 +41,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             dtype: str = "bf16", kv_cache: str | None = None, weights: str | None = None, routing: Any = None,
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
-            exact: bool = False) -> Prediction:
+            exact: bool = False, tp: int = 1) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -54,6 +55,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     and kept in the on-disk cache (torchsim.prediction.cache; `cache=False` skips it). `tune=True` (GPU profiles)
     gives every GEMM the simulated autotuner's configuration (lowering.templates.tune: the fastest of a bounded set
     of valid configurations, the default among them) instead of the one-shot heuristic.
+    `tp` > 1 splits the model Megatron-style over `tp` GPUs of a multi-GPU system (torchsim.lowering.parallel:
+    one rank's kernels and its all-reduces/all-gathers, costed on the system's links): `hw` is then a GPU profile
+    (its 8-GPU system is taken, e.g. dgx-h100 for h100-sxm) or a system name.
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
@@ -71,19 +75,19 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if fallback not in (None, "roofline", "none"):
         raise ValueError(f"unknown fallback {fallback!r}; valid: roofline, none")
     for name, value in (("batch", batch), ("prompt_len", prompt_len), ("decode_samples", decode_samples),
-                        ("max_sim_events", max_sim_events)):
+                        ("max_sim_events", max_sim_events), ("tp", tp)):
         _require_int(name, value, minimum=1)
     _require_int("decode_steps", decode_steps, minimum=0)
     kv0 = prompt_len if kv_len is None else kv_len
-    if tune and not isinstance(_profile(hw), GpuProfile):
-        raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(_profile(hw), 'name', hw)!r} is not "
-                         "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
     _require_int("kv_len", kv0, minimum=1)
     if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3"):
         raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16, "
                          "fp8 (an FP8 checkpoint: decoder-layer GEMMs in FP8 E4M3, the rest bf16)")
     precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
-    prof = _profile(hw)
+    prof, system = _devices(hw, tp)
+    if tune and not isinstance(prof, GpuProfile):
+        raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
+                         "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
     ctx_len = _context(cfg)
     for what, start in (("prompt_len", prompt_len), ("kv_len", kv0)):
@@ -102,6 +106,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         cap = capture_model(module, batch, q, past)
         plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
                               kv_dtype)
+        plan = shard_plan(plan, tp, system) if tp > 1 else plan
         plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
         plans.append(_tuned(plan) if tune else plan)
     t_plan = time.perf_counter()
@@ -131,7 +136,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
                     for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
 
-    w_bytes = tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)
+    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)) / tp
     floors = [(w_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
     warnings = _memory_warning(name, prof, w_bytes, plans)
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
@@ -140,6 +145,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         *(("GEMM configurations autotuned by simulation (the fastest of up to 24 valid ones per shape)",)
           if tune else ()),
         *dict.fromkeys(lm.describe() for lm in lms.values()),
+        *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
+           "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
+           "system's links (device time, on the compute stream, not overlapped); serving engines' custom "
+           "one-/two-shot all-reduce kernels are not modelled; weights counted as 1/tp of the model per GPU",)
+          if tp > 1 else ()),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
         + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
            "contiguous KV cache in the model's dtype")
@@ -162,7 +172,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                       prompt_len=prompt_len, decode_steps=decode_steps, kv_len=kv0, ttft_s=ttft,
                       decode_step_s=tuple(float(x) for x in step_s), sampled_steps=tuple(samples),
                       kernels=tuple(records), hbm_floor_s=tuple(floors), assumptions=assumptions,
-                      warnings=tuple(warnings), timings_s=timings, stats=stats)
+                      warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system)
 
 
 def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, order: int, start_s: float,
@@ -199,6 +209,30 @@ def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
 def _require_int(name: str, value: Any, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _devices(hw: Any, tp: int) -> tuple[Any, str]:
+    """The device profile and, for tp > 1, the name of the multi-GPU system it runs in."""
+    from torchsim.hwmodels.systems import builtin_system, is_system, system_for
+
+    if isinstance(hw, str) and is_system(hw) and not hw.strip().lower().endswith(".toml"):
+        system = builtin_system(hw)
+        if tp > system.devices:
+            raise ValueError(f"tp={tp} needs {tp} GPUs; {system.name} has {system.devices}")
+        return system.device, system.name
+    prof = _profile(hw)
+    if tp == 1:
+        return prof, ""
+    if not isinstance(prof, GpuProfile):
+        raise ValueError(f"tp={tp}: tensor parallelism is modelled on GPU systems only; {prof.name!r} is not a GPU "
+                         "(Tenstorrent multi-chip meshes are not modelled yet)")
+    try:
+        system = system_for(prof.name.split("+")[0])  # a non-default issue policy renames it NAME+POLICY
+    except KeyError as exc:
+        raise ValueError(f"tp={tp}: {exc.args[0]}") from None
+    if tp > system.devices:
+        raise ValueError(f"tp={tp} needs {tp} GPUs; {system.name} ({prof.name}) has {system.devices}")
+    return prof, system.name
 
 
 def _profile(hw: Any) -> Any:

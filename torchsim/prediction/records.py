@@ -81,6 +81,8 @@ class Prediction:
     warnings: tuple[str, ...] = ()
     timings_s: dict[str, float] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    tp: int = 1  # tensor-parallel ranks: the kernels are one rank's (ranks are symmetric), times the system's
+    system: str = ""  # the multi-GPU system a tp > 1 run's collectives cross
 
     @property
     def tpot_s(self) -> float:
@@ -132,6 +134,7 @@ class Prediction:
         d: dict[str, Any] = {
             "model": self.model, "hw": self.hw, "preset": self.preset, "launch": self.launch, "batch": self.batch,
             "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "kv_len": self.kv_len,
+            "tp": self.tp, "system": self.system,
             "ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3, "total_ms": self.total_s * 1e3,
             "tokens_per_s": self.tokens_per_s, "decode_tokens_per_s": self.decode_tokens_per_s,
             "decode_step_ms": [t * 1e3 for t in self.decode_step_s], "sampled_steps": list(self.sampled_steps),
@@ -159,7 +162,14 @@ class Prediction:
             params = f"{st['params'] / 1e9:,.2f} B" if st["params"] >= 1e9 else f"{st['params'] / 1e6:,.2f} M"
             wb = st["weight_bytes"]
             weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
-            lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{kv}")
+            per = " per GPU" if self.tp > 1 else ""
+            lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{per}{kv}")
+        if self.tp > 1:
+            step = self.step_kernels("decode", self.sampled_steps[0]) if self.decode_steps else []
+            comm = [k for k in (step or self.step_kernels("prefill")) if k.kind == "collective"]
+            lines.insert(1, f"  tensor parallel over {self.tp} GPUs of {self.system} (one rank's kernels): "
+                         f"{len(comm)} collectives per {'decode step' if step else 'prefill'}, "
+                         f"{sum(k.duration_us for k in comm):,.1f} us")
         if self.decode_steps:
             lines.append(f"  TPOT   {self.tpot_s * 1e3:10.3f} ms   ({len(self.step_kernels('decode'))} kernels/step; "
                          f"{self.floor_ratio():.2f}x the HBM floor of weights + KV)")

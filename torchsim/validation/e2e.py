@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchsim.hwmodels import get_profile
+from torchsim.lowering.parallel import kv_heads_per_rank
 from torchsim.lowering.precision import WeightPrecision, weight_bytes
 from torchsim.models.registry import build_model, get_config
 from torchsim.prediction.pipeline import predict
@@ -40,10 +41,12 @@ class Serving:
     kv_cache: str  # "fp8" or "bf16"
     hbm_bound: float  # output tokens/s if every decode step ran at the sustained HBM bandwidth and prefill were free
     notes: str
+    tp: int = 1  # tensor-parallel GPUs (one rank predicted; weights and KV heads split over them)
 
     def describe(self) -> str:
-        return (f"{self.model} {self.dtype} on {self.profile}: ISL {self.isl}, OSL {self.osl}, {self.concurrency} "
-                f"concurrent requests (weights {self.weight_gib:.1f} GiB, KV {self.kv_cache}), prefill "
+        tp = f" x{self.tp} (tensor parallel)" if self.tp > 1 else ""
+        return (f"{self.model} {self.dtype} on {self.profile}{tp}: ISL {self.isl}, OSL {self.osl}, {self.concurrency} "
+                f"concurrent requests (weights {self.weight_gib:.1f} GiB per GPU, KV {self.kv_cache}), prefill "
                 f"{self.prefill_batch} prompt(s) per pass, decode batch {self.concurrency}, serving preset, CUDA graphs"
                 + (f"; {self.notes}" if self.notes else ""))
 
@@ -56,8 +59,9 @@ def serving_for(row: Row, kv: str = "checkpoint") -> Serving | str:
     if row.metric != "output_tokens_per_s":
         return f"metric {row.metric} is not modelled here"
     p = row.params
-    if int(p.get("tp", 1)) != 1 or int(p.get("pp", 1)) != 1:
-        return f"tp={p.get('tp')}: tensor parallelism (all-reduce over NVLink) is not modelled"
+    if int(p.get("pp", 1)) != 1:
+        return f"pp={p.get('pp')}: pipeline parallelism is not modelled"
+    tp = int(p.get("tp", 1))
     text = row.dtype.lower()
     if "fp4" in text:
         return "NVFP4 weights: no FP4 GEMM template"
@@ -70,9 +74,9 @@ def serving_for(row: Row, kv: str = "checkpoint") -> Serving | str:
     cfg = get_config(model)
     hw = get_profile(profile)
     kv_cache = "fp8" if kv == "checkpoint" and dtype == "fp8" and "nvidia/" in text else "bf16"
-    w_bytes = weight_bytes(build_model(cfg), WeightPrecision.of_dtype(dtype))
-    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim_value * (
-        1 if kv_cache == "fp8" else 2)
+    w_bytes = weight_bytes(build_model(cfg), WeightPrecision.of_dtype(dtype)) / tp  # per GPU
+    kv_per_token = 2 * cfg.num_hidden_layers * kv_heads_per_rank(cfg.num_key_value_heads, tp) * cfg.head_dim_value * (
+        1 if kv_cache == "fp8" else 2)  # per GPU
     free = KV_FRACTION * (float(hw.dram_bytes.value) - w_bytes)
     concurrency = min(MAX_CONCURRENCY, int(free // (kv_per_token * (isl + osl))))
     if concurrency < 1:
@@ -81,16 +85,16 @@ def serving_for(row: Row, kv: str = "checkpoint") -> Serving | str:
     hbm_bound = concurrency * hw.dram_bytes_per_s_value / step_bytes
     notes = "; ".join(n for n in (note, hw_note) if n)
     return Serving(model, profile, dtype, isl, osl, concurrency, max(1, round(PREFILL_TOKENS / isl)),
-                   w_bytes / 2**30, kv_cache, hbm_bound, notes)
+                   w_bytes / 2**30, kv_cache, hbm_bound, notes, tp)
 
 
 def predict_serving(s: Serving, workers: int | None, max_events: int) -> tuple[float, dict[str, float]]:
     """Output tokens/s under `s`, with the parts it is made of."""
     kv = "fp8" if s.kv_cache == "fp8" else None
     pre = predict(s.model, s.profile, batch=s.prefill_batch, prompt_len=s.isl, decode_steps=0, dtype=s.dtype,
-                  kv_cache=kv, workers=workers, max_sim_events=max_events)
+                  kv_cache=kv, workers=workers, max_sim_events=max_events, tp=s.tp)
     dec = predict(s.model, s.profile, batch=s.concurrency, prompt_len=1, kv_len=s.isl, decode_steps=s.osl,
-                  dtype=s.dtype, kv_cache=kv, workers=workers, max_sim_events=max_events)
+                  dtype=s.dtype, kv_cache=kv, workers=workers, max_sim_events=max_events, tp=s.tp)
     prefill_s = s.concurrency * pre.ttft_s / s.prefill_batch
     decode_s = sum(dec.decode_step_s)
     fallback = {(k.kind, k.shapes) for k in pre.kernels + dec.kernels if k.fallback}

@@ -1,0 +1,137 @@
+"""Tensor parallelism (torchsim.lowering.parallel, predict(tp=...)): one rank's kernels and its collectives."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchsim import predict
+from torchsim.lowering.capture import capture_model
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.parallel import ParallelError, kv_heads_per_rank, shard_plan
+from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
+from torchsim.prediction.pipeline import _resolve_model
+
+STEP = dict(prompt_len=32, decode_steps=2, cache=False, workers=1)
+
+
+def _plan(model: str, q: int = 8, past: int = 0, batch: int = 2) -> KernelPlan:
+    _name, _cfg, module = _resolve_model(model, "bf16")
+    return plan_capture(capture_model(module, batch, q, past), Preset.SERVING)
+
+
+def _by_name(plan: KernelPlan, layer: int = 0) -> dict[str, KernelCall]:
+    return {c.name.split(".", 2)[-1]: c for c in plan.calls if c.layer == layer}
+
+
+def test_dense_layer_splits_megatron_style() -> None:
+    full = _plan("llama-small")  # 4 heads, 2 KV heads, head_dim 64, hidden 256, intermediate 512
+    one = shard_plan(full, 2, "dgx-h100")
+    f, s = _by_name(full), _by_name(one)
+    assert s["self_attn.q_proj+k_proj+v_proj"].p("n") == f["self_attn.q_proj+k_proj+v_proj"].p("n") // 2
+    assert s["self_attn.o_proj"].p("k") == f["self_attn.o_proj"].p("k") // 2
+    assert s["self_attn.o_proj"].p("n") == f["self_attn.o_proj"].p("n")  # the hidden width stays whole
+    assert s["mlp.gate_proj+up_proj"].p("n") == f["mlp.gate_proj+up_proj"].p("n") // 2
+    assert s["mlp.down_proj"].p("k") == f["mlp.down_proj"].p("k") // 2
+    assert s["mlp.silu_mul"].p("hidden") == f["mlp.silu_mul"].p("hidden") // 2
+    att = s["self_attn"]
+    assert (att.p("heads_q"), att.p("heads_kv")) == (2, 1)
+    assert s["input_layernorm"].params == f["input_layernorm"].params  # the residual stream is replicated
+    # an all-reduce of tokens x hidden in bf16 right after each row-parallel GEMM
+    names = [c.name for c in one.calls if c.layer == 0]
+    for row in ("self_attn.o_proj", "mlp.down_proj"):
+        i = next(j for j, n in enumerate(names) if n.endswith(row))
+        ar = [c for c in one.calls if c.layer == 0][i + 1]
+        assert ar.kind is KernelKind.COLLECTIVE and ar.p("op") == "all-reduce"
+        assert ar.p("nbytes") == 16 * 256 * 2 and ar.p("ranks") == 2
+    # vocabulary-parallel embedding (all-reduce) and LM head (all-gather of the logits)
+    colls = [c for c in one.calls if c.kind is KernelKind.COLLECTIVE]
+    assert colls[0].name == "head.embed_tokens.all-reduce"
+    head = next(c for c in one.calls if c.name == "tail.lm_head")
+    assert head.p("n") == 1024 // 2
+    assert colls[-1].p("op") == "all-gather" and colls[-1].p("nbytes") == head.p("m") * 1024 * 2
+    assert len(colls) == 1 + 2 * 4 + 1  # embedding, two per layer, logits
+
+
+def test_kv_heads_replicate_when_fewer_than_ranks() -> None:
+    assert kv_heads_per_rank(8, 2) == 4 and kv_heads_per_rank(2, 4) == 1 and kv_heads_per_rank(8, 8) == 1
+    with pytest.raises(ParallelError, match="3 KV heads cannot be split over tp=2"):
+        kv_heads_per_rank(3, 2)
+    full = _plan("llama-small", q=1, past=16)
+    s = _by_name(shard_plan(full, 4, "dgx-h100"))  # 4 heads, 2 KV heads over 4 ranks: one KV head each
+    assert s["self_attn.q_proj+k_proj+v_proj"].p("n") == (1 + 2 * 1) * 64
+    assert (s["self_attn"].p("heads_q"), s["self_attn"].p("heads_kv")) == (1, 1)
+    f = _by_name(full)
+    assert s["self_attn.kv_cache_write"].p("numel") == f["self_attn.kv_cache_write"].p("numel") // 2
+
+
+def test_moe_block_reduces_once_after_its_combine() -> None:
+    full = _plan("mixtral-tiny")
+    one = shard_plan(full, 2, "dgx-h100")
+    layer = [c for c in one.calls if c.layer == 0]
+    fl = [c for c in full.calls if c.layer == 0]
+    g_full = [c for c in fl if c.kind is KernelKind.GROUPED_GEMM]
+    g_one = [c for c in layer if c.kind is KernelKind.GROUPED_GEMM]
+    assert g_one[0].p("n") == g_full[0].p("n") // 2 and g_one[0].p("k") == g_full[0].p("k")  # gate-up: columns
+    assert g_one[1].p("k") == g_full[1].p("k") // 2 and g_one[1].p("n") == g_full[1].p("n")  # down: rows
+    router = next(c for c in layer if c.name.endswith("mlp.gate"))
+    assert router.params == next(c for c in fl if c.name.endswith("mlp.gate")).params  # every rank routes
+    kinds = [c.kind for c in layer]
+    i = kinds.index(KernelKind.REDUCE)
+    assert kinds[i + 1] is KernelKind.COLLECTIVE  # after moe_sum, not after the down GEMM
+    assert layer[i + 1].p("nbytes") == layer[i].p("numel_out") * 2
+
+
+def test_unknown_roles_and_bad_splits_are_named() -> None:
+    plan = _plan("llama-tiny")
+    odd = KernelPlan(calls=(KernelCall.make(KernelKind.GEMM, name="layers.0.mystery", m=4, n=64, k=64, layer=0),),
+                     preset=Preset.SERVING, phase="prefill", batch=1, q_len=4, past_len=0)
+    with pytest.raises(ParallelError, match="layers.0.mystery.*role is not known"):
+        shard_plan(odd, 2, "dgx-h100")
+    with pytest.raises(ParallelError, match="heads_q = 4 is not divisible by tp=8|KV heads cannot be split"):
+        shard_plan(plan, 8, "dgx-h100")
+    assert shard_plan(plan, 1, "dgx-h100") is plan
+
+
+def test_predict_tp_one_rank_and_its_collectives() -> None:
+    one = predict("llama-small", "h100-sxm", **STEP)
+    two = predict("llama-small", "h100-sxm", tp=2, **STEP)
+    assert (two.tp, two.system, one.tp) == (2, "dgx-h100", 1)
+    colls = [k for k in two.step_kernels("decode", 0) if k.kind == "collective"]
+    assert colls and all(k.template.startswith("nccl/all-") and k.duration_us > 0 for k in colls)
+    g1 = {k.name: k.duration_us for k in one.step_kernels("decode", 0) if k.kind == "gemm"}
+    g2 = {k.name: k.duration_us for k in two.step_kernels("decode", 0) if k.kind == "gemm"}
+    assert g1.keys() == g2.keys() and all(g2[n] <= g1[n] for n in g1)  # half the weights: never slower
+    comm = sum(k.duration_us for k in colls)
+    assert two.step_kernels("decode", 0) and comm < two.tpot_s * 1e6
+    assert any("tensor parallel over 2 GPUs of dgx-h100" in a for a in two.assumptions)
+    assert two.stats["weight_bytes"] == pytest.approx(one.stats["weight_bytes"] / 2)
+    assert two.to_dict(kernels=False)["tp"] == 2
+    via_system = predict("llama-small", "dgx-h100", tp=2, **STEP)
+    assert via_system.hw == "h100-sxm" and via_system.tpot_s == two.tpot_s
+
+
+@pytest.mark.parametrize(("hw", "tp", "match"), [
+    ("h100-sxm", 16, "tp=16 needs 16 GPUs; dgx-h100"),
+    ("a100-pcie", 2, "no built-in multi-GPU system has 'a100-pcie' GPUs"),
+    ("wormhole-n150", 2, "GPU systems only"),
+    ("h100-sxm", 0, "tp must be an integer >= 1"),
+])
+def test_predict_tp_errors(hw: str, tp: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        predict("llama-tiny", hw, tp=tp, **STEP)
+
+
+def test_cli_tp_on_a_system_and_its_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchsim.cli import main
+
+    rc = main(["predict", "llama-small", "--hw", "dgx-h100", "--tp", "2", "--prompt", "32", "--decode", "2",
+               "--no-cache", "--workers", "1", "--json"])
+    assert rc == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["tp"], doc["system"], doc["hw"]) == (2, "dgx-h100", "h100-sxm")
+    assert main(["predict", "llama-small", "--hw", "dgx-h100", "--prompt", "32"]) == 2
+    assert "dgx-h100 is a system of 8 GPUs: pass --tp N" in capsys.readouterr().err
+    assert main(["predict", "llama-small", "--tp", "3", "--prompt", "32", "--decode", "1", "--no-cache"]) == 2
+    assert "2 KV heads cannot be split over tp=3 ranks" in capsys.readouterr().err

@@ -1,0 +1,200 @@
+"""Tensor parallelism: one rank's kernels of a plan split Megatron-style over `tp` GPUs, with its collectives.
+
+`shard_plan(plan, tp, system)` rewrites the plan of the whole model (as lowering captured it) into the
+plan one rank runs, the way vLLM and TensorRT-LLM lay a decoder out (Megatron-LM's column/row splits):
+
+- column-parallel GEMMs (Q/K/V, gate/up, a fused QKV or gate-up, MoE experts' first GEMM): each rank computes
+  n / tp outputs; KV heads are split too, or replicated (one per rank) when there are fewer KV heads than
+  ranks, as vLLM's QKVParallelLinear does.
+- row-parallel GEMMs (O, down, the MoE experts' second GEMM): each rank reduces over k / tp and holds a
+  partial sum of the full hidden width; an all-reduce follows (for an MoE block after its combine, the
+  `moe_sum` reduce, as vLLM's FusedMoE reduces once per block).
+- the kernels between a column- and the next row-parallel GEMM work on this rank's heads or intermediate
+  columns (attention, RoPE, the KV-cache write, q/k norms, SiLU-and-mul, other elementwise ops): they shrink
+  with their heads; the kernels on the residual stream (norms, residual adds, the MoE router) are replicated.
+- the embedding is vocabulary-parallel (each rank looks up its slice; an all-reduce of tokens x hidden
+  follows) and the LM head is column-parallel over the vocabulary, its logits all-gathered before sampling.
+
+A collective is a KernelCall of kind COLLECTIVE (op, nbytes per rank as nccl-tests counts them, ranks, the
+system's name), costed by torchsim.sim.collectives on the system's links. Symmetric ranks: one rank's plan
+stands for all. Kernels whose role is not known (a GEMM named neither way, DeepSeek's MLA) are an error that
+names them: nothing is split by guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.plan import KernelPlan
+
+# the last component of a GEMM's module path (a fused GEMM joins its parts with '+'), by Megatron role
+COLUMN = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj",
+                    "query_key_value", "c_attn", "c_fc", "fc1", "w1", "w3", "dense_h_to_4h", "Wqkv", "wqkv"})
+ROW = frozenset({"o_proj", "down_proj", "dense", "out_proj", "c_proj", "fc2", "w2", "dense_4h_to_h", "wo"})
+REPLICATED = frozenset({"gate", "router"})  # MoE routers: every rank routes every token
+KV_PARTS = frozenset({"k_proj", "v_proj"})
+
+
+class ParallelError(ValueError):
+    """A model or plan that cannot be split as asked (names the kernel, field and what would be valid)."""
+
+
+def kv_heads_per_rank(heads_kv: int, tp: int) -> int:
+    """KV heads each rank holds: split when tp divides them, else replicated one per rank (tp a multiple)."""
+    if heads_kv % tp == 0:
+        return heads_kv // tp
+    if tp % heads_kv == 0:
+        return 1
+    raise ParallelError(f"{heads_kv} KV heads cannot be split over tp={tp} ranks (tp must divide the KV heads or "
+                        "be a multiple of them)")
+
+
+def _parts(c: KernelCall) -> list[str]:
+    return c.name.rsplit(".", 1)[-1].split("+")
+
+
+def _role(c: KernelCall) -> str:
+    parts = _parts(c)
+    if c.name.endswith("lm_head"):
+        return "vocab"
+    for role, names in (("column", COLUMN), ("row", ROW), ("replicated", REPLICATED)):
+        if all(p in names for p in parts):
+            return role
+    return ""
+
+
+def _set(c: KernelCall, **params: int) -> KernelCall:
+    return replace(c, params=tuple(sorted({**dict(c.params), **params}.items())))
+
+
+def _split(value: int, tp: int, what: str, c: KernelCall) -> int:
+    if value % tp:
+        raise ParallelError(f"{c.kind.value} kernel {c.name!r}: {what} = {value} is not divisible by tp={tp}")
+    return value // tp
+
+
+def _collective(op: str, nbytes: int, tp: int, system: str, after: KernelCall) -> KernelCall:
+    return KernelCall.make(KernelKind.COLLECTIVE, after.dtype, name=f"{after.name}.{op}", phase=after.phase,
+                           layer=after.layer, stream=after.stream, module_path=after.module_path,
+                           source=after.source, op=op, nbytes=int(nbytes), ranks=tp, system=system)
+
+
+def _heads(plan: KernelPlan) -> dict[int | None, tuple[int, int, int]]:
+    """(heads_q, heads_kv, head_dim) of each layer's attention."""
+    out: dict[int | None, tuple[int, int, int]] = {}
+    for c in plan.calls:
+        if c.kind in (KernelKind.ATTENTION_PREFILL, KernelKind.ATTENTION_DECODE):
+            out.setdefault(c.layer, (c.p("heads_q"), c.p("heads_kv"), c.p("head_dim")))
+        elif c.kind is KernelKind.MLA_DECODE or (c.kind is KernelKind.ATTENTION_PREFILL and c.p("head_dim_v", 0)):
+            raise ParallelError(f"kernel {c.name!r} is multi-head latent attention (DeepSeek MLA): its split over "
+                                "tensor-parallel ranks is not modelled yet; run it with tp=1")
+    return out
+
+
+def shard_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
+    """The kernels one of `tp` symmetric tensor-parallel ranks runs for `plan`, with its collectives."""
+    if tp == 1:
+        return plan
+    heads = _heads(plan)
+    out: list[KernelCall] = []
+    sharded = False  # between a column- and the next row-parallel GEMM: this rank's heads or columns only
+    pending: tuple[KernelCall, int] | None = None  # partial sums to all-reduce: after which kernel, their bytes
+    for c in plan.calls:
+        if pending is not None and c.kind is not KernelKind.REDUCE:
+            out.append(_collective("all-reduce", pending[1], tp, system, pending[0]))
+            pending = None
+        hq, hkv, d = heads.get(c.layer, (0, 0, 0))
+        kvr = kv_heads_per_rank(hkv, tp) if hkv else 0
+        k = c.kind
+        if k is KernelKind.EMBEDDING:
+            out.append(c)
+            pending = c, c.p("tokens") * c.p("hidden") * c.dtype.nbytes
+            continue
+        if k in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
+            role = _role(c)
+            if k is KernelKind.GROUPED_GEMM and not role:  # an MoE block's experts: gate-up, then down
+                role = "row" if sharded else "column"
+            if role == "vocab":
+                c = _set(c, n=_split(c.p("n"), tp, "n (vocabulary)", c))
+                out.append(c)
+                out.append(_collective("all-gather", c.p("m") * c.p("n") * tp * c.dtype.nbytes, tp, system, c))
+                continue
+            if role == "column":
+                c = _set(c, n=_column_n(c, tp, hq, hkv, kvr, d))
+                sharded = True
+            elif role == "row":
+                c = _set(c, k=_split(c.p("k"), tp, "k", c))
+                sharded = False
+                pending = c, _row_bytes(c)
+            elif role == "replicated" or not sharded:
+                if not role and c.p("batch", 1) == 1:
+                    raise ParallelError(f"GEMM {c.name!r} ({c.module_path}): its tensor-parallel role is not known "
+                                        f"(a column-parallel name: {', '.join(sorted(COLUMN))}; row-parallel: "
+                                        f"{', '.join(sorted(ROW))})")
+            else:  # a batched GEMM inside attention (eager preset): one batch entry per head
+                c = _set(c, batch=_split(c.p("batch"), tp, "batch (heads)", c))
+            out.append(c)
+            continue
+        if sharded:
+            c = _shard_inner(c, tp, hq, hkv, kvr)
+        elif k is KernelKind.REDUCE and pending is not None:  # the MoE combine reduces before the all-reduce
+            out.append(c)
+            pending = c, c.p("numel_out") * c.dtype.nbytes
+            continue
+        out.append(c)
+    if pending is not None:
+        out.append(_collective("all-reduce", pending[1], tp, system, pending[0]))
+    return replace(plan, calls=tuple(out))
+
+
+def _row_bytes(c: KernelCall) -> int:
+    """Bytes of the full-width output a row-parallel GEMM leaves as a partial sum."""
+    if c.kind is KernelKind.GROUPED_GEMM:
+        return sum(c.p("tokens_per_expert")) * c.p("n") * 2
+    out_bytes = 2 if c.dtype.nbytes < 2 else c.dtype.nbytes  # FP8 GEMMs write bf16
+    return c.p("m") * c.p("n") * c.p("batch", 1) * out_bytes
+
+
+def _column_n(c: KernelCall, tp: int, hq: int, hkv: int, kvr: int, d: int) -> int:
+    n, parts = c.p("n"), _parts(c)
+    if not (KV_PARTS & set(parts) or "qkv_proj" in parts or "query_key_value" in parts or "c_attn" in parts):
+        return _split(n, tp, "n", c)
+    if not hq:
+        raise ParallelError(f"GEMM {c.name!r} projects K/V but its layer has no attention kernel to take heads from")
+    if set(parts) == {"k_proj"} or set(parts) == {"v_proj"}:
+        return kvr * d
+    if set(parts) == KV_PARTS:
+        return 2 * kvr * d
+    if n != (hq + 2 * hkv) * d:
+        raise ParallelError(f"GEMM {c.name!r}: n = {n} is not (heads_q + 2 heads_kv) x head_dim = "
+                            f"({hq} + 2 x {hkv}) x {d}, so its Q/K/V split is not known")
+    return (_split(hq, tp, "heads_q", c) + 2 * kvr) * d
+
+
+def _shard_inner(c: KernelCall, tp: int, hq: int, hkv: int, kvr: int) -> KernelCall:
+    """A kernel between a column- and a row-parallel GEMM, on this rank's heads or intermediate columns."""
+    k, p = c.kind, c.p
+    if k in (KernelKind.ATTENTION_PREFILL, KernelKind.ATTENTION_DECODE):
+        return _set(c, heads_q=_split(p("heads_q"), tp, "heads_q", c), heads_kv=kvr)
+    if k is KernelKind.ROPE:
+        return _set(c, heads_q=_split(p("heads_q"), tp, "heads_q", c), heads_kv=kvr)
+    if k is KernelKind.SILU_MUL:
+        return _set(c, hidden=_split(p("hidden"), tp, "hidden", c))
+    if k in (KernelKind.RMSNORM, KernelKind.ADD_RMSNORM):  # per-head norms (Qwen3's q_norm / k_norm)
+        if c.name.endswith("k_norm") and hkv:
+            return _set(c, rows=p("rows") // hkv * kvr)
+        return _set(c, rows=_split(p("rows"), tp, "rows", c))
+    if k is KernelKind.ELEMENTWISE:
+        if c.name.endswith("kv_cache_write") and hkv:  # this rank's KV heads, replicated ones included
+            return _set(c, numel=p("numel") // hkv * kvr)
+        return _set(c, numel=_split(p("numel"), tp, "numel", c))
+    if k is KernelKind.SOFTMAX:
+        return _set(c, rows=_split(p("rows"), tp, "rows", c))
+    if k is KernelKind.REDUCE:
+        return _set(c, numel_in=_split(p("numel_in"), tp, "numel_in", c),
+                    numel_out=_split(p("numel_out"), tp, "numel_out", c))
+    return c  # the router and its bookkeeping (top-k, MoE alignment) see every token on every rank
+
+
+__all__ = ["COLUMN", "REPLICATED", "ROW", "ParallelError", "kv_heads_per_rank", "shard_plan"]
