@@ -135,3 +135,32 @@ def test_cli_tp_on_a_system_and_its_errors(capsys: pytest.CaptureFixture[str]) -
     assert "dgx-h100 is a system of 8 GPUs: pass --tp N" in capsys.readouterr().err
     assert main(["predict", "llama-small", "--tp", "3", "--prompt", "32", "--decode", "1", "--no-cache"]) == 2
     assert "2 KV heads cannot be split over tp=3 ranks" in capsys.readouterr().err
+
+
+def test_expert_parallel_takes_each_layers_slowest_rank() -> None:
+    full = _plan("mixtral-tiny")
+    r0, r1 = (shard_plan(full, 2, "dgx-h100", ep=2, rank=r) for r in (0, 1))
+    g_full = [c for c in full.calls if c.layer == 0 and c.kind is KernelKind.GROUPED_GEMM]
+    g0 = [c for c in r0.calls if c.layer == 0 and c.kind is KernelKind.GROUPED_GEMM]
+    g1 = [c for c in r1.calls if c.layer == 0 and c.kind is KernelKind.GROUPED_GEMM]
+    counts = g_full[0].p("tokens_per_expert")
+    assert g0[0].p("tokens_per_expert") + g1[0].p("tokens_per_expert") == counts  # whole experts, split
+    assert (g0[0].p("n"), g0[0].p("k")) == (g_full[0].p("n"), g_full[0].p("k"))  # not split by columns
+    silu = next(c for c in r1.calls if c.layer == 0 and c.kind is KernelKind.SILU_MUL)
+    assert silu.p("rows") == sum(g1[0].p("tokens_per_expert"))
+    with pytest.raises(ParallelError, match="ep = tp"):
+        shard_plan(full, 2, "dgx-h100", ep=4)
+    step = dict(STEP, batch=4, prompt_len=1024, decode_steps=0)  # 8192 expert assignments: skew changes the tiles
+    bal = predict("mixtral-tiny", "h100-sxm", tp=2, ep=2, routing="balanced", **step)
+    skew = predict("mixtral-tiny", "h100-sxm", tp=2, ep=2, routing="skewed", **step)
+    tp_skew = predict("mixtral-tiny", "h100-sxm", tp=2, routing="skewed", **step)
+
+    def experts_us(p):  # type: ignore[no-untyped-def]
+        return sum(k.duration_us for k in p.step_kernels("prefill") if k.kind == "grouped_gemm")
+
+    # skewed routing puts the hot experts on one rank: EP pays for it, TP-within-expert spreads it
+    assert experts_us(skew) > experts_us(bal)
+    assert experts_us(skew) > experts_us(tp_skew)
+    assert skew.ep == 2 and any("expert parallel over the 2" in a for a in skew.assumptions)
+    with pytest.raises(ValueError, match="has no MoE layers"):
+        predict("llama-tiny", "h100-sxm", tp=2, ep=2, **STEP)

@@ -36,6 +36,9 @@ def register(sub: Any) -> None:
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--tp", type=int_in(1, 64), default=1,
                    help="tensor-parallel GPUs on each profile's 8-GPU system (default 1)")
+    p.add_argument("--ep", type=int_in(1, 64), default=1,
+                   help="expert-parallel ranks: MoE experts split whole over the --tp ranks (ep = tp; default 1: "
+                        "each expert's columns split)")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--approximate", action="store_true",
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"predicting {args.model} on {hw.name} ...", file=sys.stderr)
         preds.append(predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                              preset=args.preset, routing=args.routing, fallback=args.fallback,
-                             workers=args.workers, tp=args.tp, progress=not args.json and sys.stderr.isatty()))
+                             workers=args.workers, tp=args.tp, ep=args.ep,
+                             progress=not args.json and sys.stderr.isatty()))
     from torchsim.validation.accuracy import notes_for as accuracy_notes
 
     dtype = getattr(args, "dtype", "bf16")

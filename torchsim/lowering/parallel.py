@@ -15,6 +15,14 @@ plan one rank runs, the way vLLM and TensorRT-LLM lay a decoder out (Megatron-LM
 - the embedding is vocabulary-parallel (each rank looks up its slice; an all-reduce of tokens x hidden
   follows) and the LM head is column-parallel over the vocabulary, its logits all-gathered before sampling.
 
+Expert parallelism inside the tensor-parallel group (`ep` = `tp`, vLLM's `--enable-expert-parallel`): every
+rank holds E / ep whole experts instead of a 1/tp slice of every expert's columns; the tokens are on every rank
+already (attention is tensor-parallel), so a rank runs its experts' grouped GEMMs over the tokens routed to them
+(the real routing counts of its experts) and the block's all-reduce sums the ranks' partial outputs, as in the
+TP-within-expert layout. Ranks are no longer symmetric: `shard_plan(..., rank=r)` is rank r's plan, and the
+prediction takes, layer by layer, the slowest rank's MoE kernels (torchsim.prediction.pipeline). Expert
+parallelism with data-parallel attention (all-to-all dispatch and combine, DeepEP-style) is not modelled yet.
+
 A collective is a KernelCall of kind COLLECTIVE (op, nbytes per rank as nccl-tests counts them, ranks, the
 system's name), costed by torchsim.sim.collectives on the system's links. Symmetric ranks: one rank's plan
 stands for all. Kernels whose role is not known (a GEMM named neither way, DeepSeek's MLA) are an error that
@@ -24,6 +32,7 @@ names them: nothing is split by guess.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan
@@ -64,7 +73,7 @@ def _role(c: KernelCall) -> str:
     return ""
 
 
-def _set(c: KernelCall, **params: int) -> KernelCall:
+def _set(c: KernelCall, **params: Any) -> KernelCall:
     return replace(c, params=tuple(sorted({**dict(c.params), **params}.items())))
 
 
@@ -92,8 +101,14 @@ def _heads(plan: KernelPlan) -> dict[int | None, tuple[int, int, int]]:
     return out
 
 
-def shard_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
-    """The kernels one of `tp` symmetric tensor-parallel ranks runs for `plan`, with its collectives."""
+def shard_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int = 0) -> KernelPlan:
+    """The kernels rank `rank` of `tp` tensor-parallel ranks runs for `plan`, with its collectives; `ep` = tp
+    splits the MoE experts whole over the ranks instead of each expert's columns."""
+    if ep not in (1, tp):
+        raise ParallelError(f"ep={ep} with tp={tp}: expert parallelism is modelled inside the tensor-parallel group "
+                            "(ep = tp); data-parallel attention with all-to-all expert dispatch is not modelled yet")
+    if not 0 <= rank < tp:
+        raise ParallelError(f"rank {rank} is not one of the {tp} ranks")
     if tp == 1:
         return plan
     heads = _heads(plan)
@@ -110,6 +125,17 @@ def shard_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
         if k is KernelKind.EMBEDDING:
             out.append(c)
             pending = c, c.p("tokens") * c.p("hidden") * c.dtype.nbytes
+            continue
+        if k is KernelKind.GROUPED_GEMM and ep > 1:  # this rank's whole experts over the tokens routed to them
+            c = _set(c, tokens_per_expert=_expert_slice(c, ep, rank))
+            sharded = not sharded
+            if not sharded:
+                pending = c, _row_bytes(c)
+            out.append(c)
+            continue
+        if k is KernelKind.SILU_MUL and ep > 1 and sharded and ".experts" in c.name:
+            grouped = next(x for x in reversed(out) if x.kind is KernelKind.GROUPED_GEMM)
+            out.append(_set(c, rows=sum(grouped.p("tokens_per_expert"))))
             continue
         if k in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
             role = _role(c)
@@ -146,6 +172,12 @@ def shard_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
     if pending is not None:
         out.append(_collective("all-reduce", pending[1], tp, system, pending[0]))
     return replace(plan, calls=tuple(out))
+
+
+def _expert_slice(c: KernelCall, ep: int, rank: int) -> tuple[int, ...]:
+    counts = tuple(c.p("tokens_per_expert"))
+    per = _split(len(counts), ep, "experts", c)
+    return counts[rank * per:(rank + 1) * per]
 
 
 def _row_bytes(c: KernelCall) -> int:

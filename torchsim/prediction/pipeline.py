@@ -41,7 +41,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             dtype: str = "bf16", kv_cache: str | None = None, weights: str | None = None, routing: Any = None,
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
-            exact: bool = False, tp: int = 1) -> Prediction:
+            exact: bool = False, tp: int = 1, ep: int = 1) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -57,7 +57,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     of valid configurations, the default among them) instead of the one-shot heuristic.
     `tp` > 1 splits the model Megatron-style over `tp` GPUs of a multi-GPU system (torchsim.lowering.parallel:
     one rank's kernels and its all-reduces/all-gathers, costed on the system's links): `hw` is then a GPU profile
-    (its 8-GPU system is taken, e.g. dgx-h100 for h100-sxm) or a system name.
+    (its 8-GPU system is taken, e.g. dgx-h100 for h100-sxm) or a system name. `ep` = `tp` splits MoE experts
+    whole over the ranks (vLLM's --enable-expert-parallel); each MoE layer then costs its slowest rank's experts.
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
@@ -75,7 +76,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if fallback not in (None, "roofline", "none"):
         raise ValueError(f"unknown fallback {fallback!r}; valid: roofline, none")
     for name, value in (("batch", batch), ("prompt_len", prompt_len), ("decode_samples", decode_samples),
-                        ("max_sim_events", max_sim_events), ("tp", tp)):
+                        ("max_sim_events", max_sim_events), ("tp", tp), ("ep", ep)):
         _require_int(name, value, minimum=1)
     _require_int("decode_steps", decode_steps, minimum=0)
     kv0 = prompt_len if kv_len is None else kv_len
@@ -90,6 +91,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
     ctx_len = _context(cfg)
+    if ep > 1 and not any(getattr(cfg, a, None) for a in ("experts", "num_local_experts", "num_experts",
+                                                           "n_routed_experts")):
+        raise ValueError(f"ep={ep}: {name} has no MoE layers (expert parallelism splits the experts of MoE layers)")
     for what, start in (("prompt_len", prompt_len), ("kv_len", kv0)):
         if ctx_len and start + decode_steps > ctx_len:
             raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
@@ -106,7 +110,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         cap = capture_model(module, batch, q, past)
         plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
                               kv_dtype)
-        plan = shard_plan(plan, tp, system) if tp > 1 else plan
+        if ep > 1:
+            plan = _slowest_experts([shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(tp)], prof,
+                                    max_sim_events, workers, DiskCache() if cache else None)
+        elif tp > 1:
+            plan = shard_plan(plan, tp, system)
         plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
         plans.append(_tuned(plan) if tune else plan)
     t_plan = time.perf_counter()
@@ -150,6 +158,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
            "system's links (device time, on the compute stream, not overlapped); serving engines' custom "
            "one-/two-shot all-reduce kernels are not modelled; weights counted as 1/tp of the model per GPU",)
           if tp > 1 else ()),
+        *((f"expert parallel over the {ep} tensor-parallel ranks: each holds {ep}-th of the experts whole; every MoE "
+           "layer costs its slowest rank's experts (from the routing counts), the other kernels rank 0's",)
+          if ep > 1 else ()),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
         + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
            "contiguous KV cache in the model's dtype")
@@ -172,7 +183,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                       prompt_len=prompt_len, decode_steps=decode_steps, kv_len=kv0, ttft_s=ttft,
                       decode_step_s=tuple(float(x) for x in step_s), sampled_steps=tuple(samples),
                       kernels=tuple(records), hbm_floor_s=tuple(floors), assumptions=assumptions,
-                      warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system)
+                      warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system, ep=ep)
 
 
 def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, order: int, start_s: float,
@@ -209,6 +220,27 @@ def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
 def _require_int(name: str, value: Any, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _slowest_experts(ranks: Sequence[KernelPlan], prof: Any, max_events: int, workers: int | None,
+                     disk: DiskCache | None) -> KernelPlan:
+    """Rank 0's plan with each layer's MoE expert kernels taken from the rank whose experts take longest (the
+    block's all-reduce waits for it). The rank plans have the same calls in the same order."""
+    moe = [i for i, c in enumerate(ranks[0].calls)
+           if c.kind is KernelKind.GROUPED_GEMM or (c.kind is KernelKind.SILU_MUL and ".experts" in c.name)]
+    calls = list({c.key(): c for p in ranks for i in moe for c in (p.calls[i],)}.values())
+    simulate_many(calls, prof, max_events=max_events, workers=workers, disk=disk)
+    by_layer: dict[int | None, list[int]] = {}
+    for i in moe:
+        by_layer.setdefault(ranks[0].calls[i].layer, []).append(i)
+    out = list(ranks[0].calls)
+    for idx in by_layer.values():
+        cost = [sum(s.time_s for i in idx for s in simulate_launches(p.calls[i], prof, max_events=max_events))
+                for p in ranks]
+        slow = ranks[max(range(len(ranks)), key=lambda r: (cost[r], -r))]  # the first of equals
+        for i in idx:
+            out[i] = slow.calls[i]
+    return replace(ranks[0], calls=tuple(out))
 
 
 def _devices(hw: Any, tp: int) -> tuple[Any, str]:

@@ -83,6 +83,7 @@ class Prediction:
     stats: dict[str, Any] = field(default_factory=dict)
     tp: int = 1  # tensor-parallel ranks: the kernels are one rank's (ranks are symmetric), times the system's
     system: str = ""  # the multi-GPU system a tp > 1 run's collectives cross
+    ep: int = 1  # expert-parallel ranks (= tp when on): MoE experts split whole over the ranks
 
     @property
     def tpot_s(self) -> float:
@@ -134,7 +135,7 @@ class Prediction:
         d: dict[str, Any] = {
             "model": self.model, "hw": self.hw, "preset": self.preset, "launch": self.launch, "batch": self.batch,
             "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "kv_len": self.kv_len,
-            "tp": self.tp, "system": self.system,
+            "tp": self.tp, "ep": self.ep, "system": self.system,
             "ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3, "total_ms": self.total_s * 1e3,
             "tokens_per_s": self.tokens_per_s, "decode_tokens_per_s": self.decode_tokens_per_s,
             "decode_step_ms": [t * 1e3 for t in self.decode_step_s], "sampled_steps": list(self.sampled_steps),
