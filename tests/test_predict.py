@@ -117,11 +117,23 @@ def test_a_kernel_never_beats_its_roofline() -> None:
     assert simulate_call(call, hw, max_events=3_000).method == "exact"
 
 
-def test_memory_warning_names_the_numbers() -> None:
+def test_memory_fit_is_an_error_naming_the_numbers_and_what_fits() -> None:
+    from torchsim.prediction.records import MemoryFitError
+
     small = dataclasses.replace(get_profile("h100-sxm"), dram_bytes=assumed(1e5, "B", "test: a tiny device"))
+    with pytest.raises(MemoryFitError, match=r"GiB of weights .* more than h100-sxm's .*--allow-oversubscribe"):
+        predict("llama-tiny", small, prompt_len=16, decode_steps=1, workers=1)
     with pytest.warns(UserWarning, match="GiB of weights"):
-        p = predict("llama-tiny", small, prompt_len=16, decode_steps=1, workers=1)
-    assert p.warnings and "device memory" in p.warnings[0]
+        p = predict("llama-tiny", small, prompt_len=16, decode_steps=1, workers=1, allow_oversubscribe=True)
+    assert p.warnings and "predicted anyway" in p.warnings[0]
+    # KV-bound: a device with room for the weights and a few sequences names the largest batch that fits
+    w = predict("llama-tiny", "h100-sxm", prompt_len=16, decode_steps=1, workers=1).stats["memory"]
+    per_seq = w["kv_bytes"] + w["activation_bytes"]
+    roomy = dataclasses.replace(small, dram_bytes=assumed(w["weight_bytes"] + 3.5 * per_seq, "B", "test"))
+    with pytest.raises(MemoryFitError, match=r"it would fit with .*--batch 3 \(the largest"):
+        predict("llama-tiny", roomy, prompt_len=16, decode_steps=1, batch=8, workers=1)
+    ok = predict("llama-tiny", roomy, prompt_len=16, decode_steps=1, batch=3, workers=1)
+    assert ok.stats["memory"]["max_batch"] == 3 and "largest batch that fits" in ok.summary()
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -39,6 +39,9 @@ def register(sub: Any) -> None:
     p.add_argument("--ep", type=int_in(1, 64), default=1,
                    help="expert-parallel ranks: MoE experts split whole over the --tp ranks (ep = tp; default 1: "
                         "each expert's columns split)")
+    p.add_argument("--allow-oversubscribe", action="store_true",
+                   help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
+                        "instead of an error)")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--approximate", action="store_true",
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"predicting {args.model} on {hw.name} ...", file=sys.stderr)
         preds.append(predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                              preset=args.preset, routing=args.routing, fallback=args.fallback,
-                             workers=args.workers, tp=args.tp, ep=args.ep,
+                             workers=args.workers, tp=args.tp, ep=args.ep, allow_oversubscribe=args.allow_oversubscribe,
                              progress=not args.json and sys.stderr.isatty()))
     from torchsim.validation.accuracy import notes_for as accuracy_notes
 

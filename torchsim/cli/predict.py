@@ -51,6 +51,9 @@ def register(sub: Any) -> None:
     p.add_argument("--ep", type=int_in(1, 64), default=1,
                    help="expert-parallel ranks: MoE experts split whole over the --tp ranks (ep = tp; default 1: "
                         "each expert's columns split)")
+    p.add_argument("--allow-oversubscribe", action="store_true",
+                   help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
+                        "instead of an error)")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--tune", action="store_true",
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                        dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
-                       ep=args.ep,
+                       ep=args.ep, allow_oversubscribe=args.allow_oversubscribe,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile

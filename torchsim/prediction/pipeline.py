@@ -33,7 +33,7 @@ from torchsim.prediction.kernel_sim import (
     simulate_many,
 )
 from torchsim.prediction.launch import LAUNCH_MODES, LaunchModel
-from torchsim.prediction.records import KernelRecord, MemoryWarning, Prediction
+from torchsim.prediction.records import KernelRecord, MemoryFitError, MemoryWarning, Prediction
 
 
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
@@ -41,7 +41,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             dtype: str = "bf16", kv_cache: str | None = None, weights: str | None = None, routing: Any = None,
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
-            exact: bool = False, tp: int = 1, ep: int = 1) -> Prediction:
+            exact: bool = False, tp: int = 1, ep: int = 1, allow_oversubscribe: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -59,6 +59,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     one rank's kernels and its all-reduces/all-gathers, costed on the system's links): `hw` is then a GPU profile
     (its 8-GPU system is taken, e.g. dgx-h100 for h100-sxm) or a system name. `ep` = `tp` splits MoE experts
     whole over the ranks (vLLM's --enable-expert-parallel); each MoE layer then costs its slowest rank's experts.
+    Weights, the KV cache at the last step and the largest activation must fit one GPU's memory, or a
+    MemoryFitError says by how much and what would fit; `allow_oversubscribe=True` predicts anyway (a warning).
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
@@ -118,6 +120,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
         plans.append(_tuned(plan) if tune else plan)
     t_plan = time.perf_counter()
+    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)) / tp
+    warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
+                                   allow=allow_oversubscribe)  # before any simulation
 
     distinct = {c.key(): c for p in plans for c in p.calls}
     todo = [c for c in distinct.values() if not is_memoised(c, prof, max_sim_events)]
@@ -144,9 +149,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
                     for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
 
-    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)) / tp
     floors = [(w_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
-    warnings = _memory_warning(name, prof, w_bytes, plans)
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
         *(f"approximated: {a}" for a in getattr(cfg, "approximations", ())),  # models.config_fields
@@ -176,7 +179,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     )
     stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
              "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
-             "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, **_model_facts(cfg, module, kv_dtype)}
+             "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, "memory": memory,
+             **_model_facts(cfg, module, kv_dtype)}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}
     return Prediction(model=name, hw=prof.name, preset=preset.value, launch=launch, batch=batch,
@@ -352,15 +356,51 @@ def _kv_bytes(plan: KernelPlan) -> float:
     return total
 
 
-def _memory_warning(name: str, prof: Any, weight_bytes: float, plans: Sequence[KernelPlan]) -> list[str]:
-    kv = max((_kv_bytes(p) for p in plans), default=0.0)
-    cap = float(prof.dram_bytes.value) if hasattr(prof, "dram_bytes") else 0.0
-    if cap and weight_bytes + kv > cap:
-        msg = (f"{name} needs {weight_bytes / 2**30:.1f} GiB of weights + {kv / 2**30:.1f} GiB of KV cache = "
-               f"{(weight_bytes + kv) / 2**30:.1f} GiB, more than {prof.name}'s {cap / 2**30:.1f} GiB of device "
-               "memory; the prediction assumes it fits (use more GPUs or a smaller batch/context)")
-        import warnings
+def _activation_bytes(plan: KernelPlan) -> float:
+    """The largest tensor one kernel of the step writes (GEMM outputs, logits): the transient memory a forward
+    pass needs beside weights and KV cache, at least (the caching allocator keeps a few of them alive)."""
+    out = 0.0
+    for c in plan.calls:
+        if c.kind is KernelKind.GEMM:
+            out = max(out, c.p("m") * c.p("n") * c.p("batch", 1) * 2.0)
+        elif c.kind is KernelKind.GROUPED_GEMM:
+            out = max(out, sum(c.p("tokens_per_expert")) * c.p("n") * 2.0)
+    return out
 
-        warnings.warn(msg, MemoryWarning, stacklevel=3)
-        return [msg]
-    return []
+
+def _memory_fit(name: str, prof: Any, weight_bytes: float, plans: Sequence[KernelPlan], *, tp: int, batch: int,
+                kv_dtype: Any, allow: bool) -> tuple[list[str], dict[str, Any]]:
+    """Weights + KV cache (at the last step's length) + activations per GPU against its memory: a report, and
+    an error naming what would fit when it does not (a warning with `allow`)."""
+    kv = max((_kv_bytes(p) for p in plans), default=0.0)
+    act = max((_activation_bytes(p) for p in plans), default=0.0)
+    cap = float(prof.dram_bytes.value) if hasattr(prof, "dram_bytes") else 0.0
+    need = weight_bytes + kv + act
+    per_seq = (kv + act) / batch
+    fits = int((cap - weight_bytes) // per_seq) if cap and per_seq and cap > weight_bytes else 0
+    report = {"capacity_bytes": cap, "weight_bytes": weight_bytes, "kv_bytes": kv, "activation_bytes": act,
+              "total_bytes": need, "max_batch": fits}
+    if not cap or need <= cap:
+        return [], report
+    gib = 2.0**30
+    would = []
+    for more in (2, 4, 8):  # weights and KV heads split over more ranks (KV replication ignored here)
+        if more > tp and need * tp / more <= cap:
+            would.append(f"--tp {more} ({need * tp / more / gib:.1f} GiB per GPU)")
+            break
+    if fits >= 1:
+        would.append(f"--batch {fits} (the largest that fits at this context)")
+    if kv_dtype is None and weight_bytes + kv / 2 + act <= cap:
+        would.append("an FP8 KV cache (--kv-cache fp8)")
+    msg = (f"{name} needs {weight_bytes / gib:.1f} GiB of weights + {kv / gib:.1f} GiB of KV cache + "
+           f"{act / gib:.1f} GiB of activations = {need / gib:.1f} GiB per GPU, {(need - cap) / gib:.1f} GiB more "
+           f"than {prof.name}'s {cap / gib:.1f} GiB; "
+           + (f"it would fit with {' or '.join(would)}" if would else "it does not fit with more GPUs of this system "
+              "or a smaller batch either"))
+    if not allow:
+        raise MemoryFitError(msg + "; pass allow_oversubscribe=True (--allow-oversubscribe) to predict it anyway")
+    import warnings
+
+    msg += "; predicted anyway (allow_oversubscribe), as if it fit"
+    warnings.warn(msg, MemoryWarning, stacklevel=3)
+    return [msg], report

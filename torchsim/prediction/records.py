@@ -17,6 +17,10 @@ class MemoryWarning(UserWarning):
     prints; the CLI silences this Python warning so the line is shown once)."""
 
 
+class MemoryFitError(ValueError):
+    """A scenario whose weights, KV cache and activations do not fit one device (names the numbers and what fits)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KernelRecord:
     """One kernel launch: what ran, where it came from, when it ran (start on the stream) and what bound it."""
@@ -165,6 +169,13 @@ class Prediction:
             weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
             per = " per GPU" if self.tp > 1 else ""
             lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{per}{kv}")
+        mem = st.get("memory")
+        if mem and mem.get("capacity_bytes"):
+            gib = 2.0**30
+            lines.insert(2, f"  memory {mem['weight_bytes'] / gib:,.1f} GiB weights + {mem['kv_bytes'] / gib:,.2f} "
+                         f"KV + {mem['activation_bytes'] / gib:,.2f} activations = {mem['total_bytes'] / gib:,.1f} of "
+                         f"{mem['capacity_bytes'] / gib:,.1f} GiB per GPU; largest batch that fits at this context: "
+                         f"{mem['max_batch']:,}")
         if self.tp > 1:
             step = self.step_kernels("decode", self.sampled_steps[0]) if self.decode_steps else []
             comm = [k for k in (step or self.step_kernels("prefill")) if k.kind == "collective"]

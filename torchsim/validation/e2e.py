@@ -92,9 +92,11 @@ def predict_serving(s: Serving, workers: int | None, max_events: int) -> tuple[f
     """Output tokens/s under `s`, with the parts it is made of."""
     kv = "fp8" if s.kv_cache == "fp8" else None
     pre = predict(s.model, s.profile, batch=s.prefill_batch, prompt_len=s.isl, decode_steps=0, dtype=s.dtype,
-                  kv_cache=kv, workers=workers, max_sim_events=max_events, tp=s.tp)
+                  kv_cache=kv, workers=workers, max_sim_events=max_events, tp=s.tp,
+                  allow_oversubscribe=True)  # the concurrency model above sizes the KV cache itself
     dec = predict(s.model, s.profile, batch=s.concurrency, prompt_len=1, kv_len=s.isl, decode_steps=s.osl,
-                  dtype=s.dtype, kv_cache=kv, workers=workers, max_sim_events=max_events, tp=s.tp)
+                  dtype=s.dtype, kv_cache=kv, workers=workers, max_sim_events=max_events, tp=s.tp,
+                  allow_oversubscribe=True)  # the concurrency model above sizes the KV cache itself
     prefill_s = s.concurrency * pre.ttft_s / s.prefill_batch
     decode_s = sum(dec.decode_step_s)
     fallback = {(k.kind, k.shapes) for k in pre.kernels + dec.kernels if k.fallback}
