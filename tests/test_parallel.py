@@ -111,7 +111,7 @@ def test_predict_tp_one_rank_and_its_collectives() -> None:
 
 
 @pytest.mark.parametrize(("hw", "tp", "match"), [
-    ("h100-sxm", 16, "tp=16 needs 16 GPUs; dgx-h100"),
+    ("h100-sxm", 16, "tp x pp = 16 GPUs; dgx-h100"),
     ("a100-pcie", 2, "no built-in multi-GPU system has 'a100-pcie' GPUs"),
     ("wormhole-n150", 2, "GPU systems only"),
     ("h100-sxm", 0, "tp must be an integer >= 1"),
@@ -164,3 +164,22 @@ def test_expert_parallel_takes_each_layers_slowest_rank() -> None:
     assert skew.ep == 2 and any("expert parallel over the 2" in a for a in skew.assumptions)
     with pytest.raises(ValueError, match="has no MoE layers"):
         predict("llama-tiny", "h100-sxm", tp=2, ep=2, **STEP)
+
+
+def test_pipeline_parallel_stages_and_bubble() -> None:
+    one = predict("llama-small", "h100-sxm", batch=4, **STEP)
+    pp2 = predict("llama-small", "h100-sxm", batch=4, pp=2, micro_batches=1, **STEP)
+    pp2m = predict("llama-small", "h100-sxm", batch=4, pp=2, micro_batches=4, **STEP)
+    pipe = pp2.stats["pipeline"]["decode"]
+    assert len(pipe["stage_s"]) == 2 and pipe["send_s"] > 0 and pp2.pp == 2
+    # one micro-batch: the stages run one after the other, half the GPUs idle, plus a send
+    assert pipe["bubble"] == pytest.approx(0.5, abs=0.05)
+    assert pp2.tpot_s == pytest.approx(sum(pipe["stage_s"]) + pipe["send_s"])
+    assert pp2.tpot_s > one.tpot_s * 0.9  # no faster than one GPU running the same batch
+    # more micro-batches fill the pipeline: a smaller bubble
+    assert pp2m.stats["pipeline"]["decode"]["bubble"] < pipe["bubble"]
+    assert pp2.stats["weight_bytes"] == pytest.approx(one.stats["weight_bytes"] / 2)
+    with pytest.raises(ValueError, match="not divisible into 3 micro-batches"):
+        predict("llama-small", "h100-sxm", batch=4, pp=2, micro_batches=3, **STEP)
+    with pytest.raises(ValueError, match="pp=8 stages need at least 8 layers"):
+        predict("llama-small", "h100-sxm", pp=8, **STEP)

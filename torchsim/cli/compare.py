@@ -39,6 +39,10 @@ def register(sub: Any) -> None:
     p.add_argument("--ep", type=int_in(1, 64), default=1,
                    help="expert-parallel ranks: MoE experts split whole over the --tp ranks (ep = tp; default 1: "
                         "each expert's columns split)")
+    p.add_argument("--pp", type=int_in(1, 64), default=1,
+                   help="pipeline stages (contiguous layers, each on --tp GPUs; default 1)")
+    p.add_argument("--micro-batches", type=int_in(1, 1 << 16), default=None,
+                   help="micro-batches per step through the pipeline stages (default min(pp, batch))")
     p.add_argument("--allow-oversubscribe", action="store_true",
                    help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
                         "instead of an error)")
@@ -113,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"predicting {args.model} on {hw.name} ...", file=sys.stderr)
         preds.append(predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                              preset=args.preset, routing=args.routing, fallback=args.fallback,
-                             workers=args.workers, tp=args.tp, ep=args.ep, allow_oversubscribe=args.allow_oversubscribe,
+                             workers=args.workers, tp=args.tp, ep=args.ep, pp=args.pp,
+                             micro_batches=args.micro_batches, allow_oversubscribe=args.allow_oversubscribe,
                              progress=not args.json and sys.stderr.isatty()))
     from torchsim.validation.accuracy import notes_for as accuracy_notes
 

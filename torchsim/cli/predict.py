@@ -51,6 +51,10 @@ def register(sub: Any) -> None:
     p.add_argument("--ep", type=int_in(1, 64), default=1,
                    help="expert-parallel ranks: MoE experts split whole over the --tp ranks (ep = tp; default 1: "
                         "each expert's columns split)")
+    p.add_argument("--pp", type=int_in(1, 64), default=1,
+                   help="pipeline stages (contiguous layers, each on --tp GPUs; default 1)")
+    p.add_argument("--micro-batches", type=int_in(1, 1 << 16), default=None,
+                   help="micro-batches per step through the pipeline stages (default min(pp, batch))")
     p.add_argument("--allow-oversubscribe", action="store_true",
                    help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
                         "instead of an error)")
@@ -93,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
                        dtype=args.dtype, kv_cache=args.kv_cache,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
-                       ep=args.ep, allow_oversubscribe=args.allow_oversubscribe,
+                       ep=args.ep, pp=args.pp, micro_batches=args.micro_batches,
+                       allow_oversubscribe=args.allow_oversubscribe,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile

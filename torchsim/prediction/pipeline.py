@@ -41,7 +41,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             dtype: str = "bf16", kv_cache: str | None = None, weights: str | None = None, routing: Any = None,
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
-            exact: bool = False, tp: int = 1, ep: int = 1, allow_oversubscribe: bool = False) -> Prediction:
+            exact: bool = False, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
+            allow_oversubscribe: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -59,6 +60,10 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     one rank's kernels and its all-reduces/all-gathers, costed on the system's links): `hw` is then a GPU profile
     (its 8-GPU system is taken, e.g. dgx-h100 for h100-sxm) or a system name. `ep` = `tp` splits MoE experts
     whole over the ranks (vLLM's --enable-expert-parallel); each MoE layer then costs its slowest rank's experts.
+    `pp` > 1 splits the layers into `pp` pipeline stages (each on its own `tp` GPUs) and runs the batch as
+    `micro_batches` (default min(pp, batch)) micro-batches through them, GPipe-style, every step: the step takes
+    the first micro-batch's trip through every stage and its activation sends, plus (micro_batches - 1) times
+    the slowest stage; what the stages idle meanwhile is the bubble (`stats['pipeline']`).
     Weights, the KV cache at the last step and the largest activation must fit one GPU's memory, or a
     MemoryFitError says by how much and what would fit; `allow_oversubscribe=True` predicts anyway (a warning).
 
@@ -78,7 +83,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if fallback not in (None, "roofline", "none"):
         raise ValueError(f"unknown fallback {fallback!r}; valid: roofline, none")
     for name, value in (("batch", batch), ("prompt_len", prompt_len), ("decode_samples", decode_samples),
-                        ("max_sim_events", max_sim_events), ("tp", tp), ("ep", ep)):
+                        ("max_sim_events", max_sim_events), ("tp", tp), ("ep", ep), ("pp", pp)):
         _require_int(name, value, minimum=1)
     _require_int("decode_steps", decode_steps, minimum=0)
     kv0 = prompt_len if kv_len is None else kv_len
@@ -87,7 +92,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16, "
                          "fp8 (an FP8 checkpoint: decoder-layer GEMMs in FP8 E4M3, the rest bf16)")
     precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
-    prof, system = _devices(hw, tp)
+    mb = min(pp, batch) if micro_batches is None else micro_batches
+    _require_int("micro_batches", mb, minimum=1)
+    if batch % mb:
+        raise ValueError(f"batch {batch} is not divisible into {mb} micro-batches")
+    prof, system = _devices(hw, tp * pp)
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
@@ -109,7 +118,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     scenarios += [("decode", s, 1, kv0 + s) for s in samples]
     plans: list[KernelPlan] = []
     for _phase, _step, q, past in scenarios:
-        cap = capture_model(module, batch, q, past)
+        cap = capture_model(module, batch // mb, q, past)
         plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
                               kv_dtype)
         if ep > 1:
@@ -120,9 +129,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
         plans.append(_tuned(plan) if tune else plan)
     t_plan = time.perf_counter()
-    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)) / tp
+    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)) / (tp * pp)
     warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
-                                   allow=allow_oversubscribe)  # before any simulation
+                                   allow=allow_oversubscribe, share=mb / pp)  # before any simulation
 
     distinct = {c.key(): c for p in plans for c in p.calls}
     todo = [c for c in distinct.values() if not is_memoised(c, prof, max_sim_events)]
@@ -136,8 +145,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     t_sim = time.perf_counter()
 
     placed = [lms[sc[0]].place(s) for sc, s in zip(scenarios, sims, strict=True)]
-    ttft = placed[0][1]
-    step_s = _interpolate(samples, [pl[1] for pl in placed[1:]], decode_steps)
+    stages = [_pipelined(lms[sc[0]], lc, pp, mb, _layers(cfg), system) for sc, lc in zip(scenarios, launched,
+                                                                                        strict=True)]
+    totals = [pl[1] if st is None else st["step_s"] for pl, st in zip(placed, stages, strict=True)]
+    ttft = totals[0]
+    step_s = _interpolate(samples, totals[1:], decode_steps)
     step_weights = _weights(samples, decode_steps)
     step_start = [ttft + float(np.sum(step_s[:s])) for s in samples]
     clock = prof.clock_hz_value
@@ -161,6 +173,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
            "system's links (device time, on the compute stream, not overlapped); serving engines' custom "
            "one-/two-shot all-reduce kernels are not modelled; weights counted as 1/tp of the model per GPU",)
           if tp > 1 else ()),
+        *((f"pipeline parallel: {pp} stages of contiguous layers (embedding on the first, LM head on the last), "
+           f"{mb} micro-batch(es) of {batch // mb} sequences per step, GPipe-style (first micro-batch through every "
+           "stage + its activation sends + (micro-batches - 1) x the slowest stage); activation sends costed as "
+           "NCCL send/recv (a two-rank all-to-all) on the system's links; the kernel table shows one micro-batch",)
+          if pp > 1 else ()),
         *((f"expert parallel over the {ep} tensor-parallel ranks: each holds {ep}-th of the experts whole; every MoE "
            "layer costs its slowest rank's experts (from the routing counts), the other kernels rank 0's",)
           if ep > 1 else ()),
@@ -180,6 +197,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
              "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
              "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, "memory": memory,
+             **({"pipeline": {"prefill": stages[0], "decode": stages[1] if len(stages) > 1 else None}}
+                if pp > 1 else {}),
              **_model_facts(cfg, module, kv_dtype)}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}
@@ -187,7 +206,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                       prompt_len=prompt_len, decode_steps=decode_steps, kv_len=kv0, ttft_s=ttft,
                       decode_step_s=tuple(float(x) for x in step_s), sampled_steps=tuple(samples),
                       kernels=tuple(records), hbm_floor_s=tuple(floors), assumptions=assumptions,
-                      warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system, ep=ep)
+                      warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system, ep=ep, pp=pp)
 
 
 def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, order: int, start_s: float,
@@ -226,6 +245,35 @@ def _require_int(name: str, value: Any, *, minimum: int) -> None:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
+def _layers(cfg: Any) -> int:
+    return int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "layers", 0) or 0)
+
+
+def _pipelined(lm: LaunchModel, launched: Sequence[tuple[KernelCall, KernelSim]], pp: int, mb: int, layers: int,
+               system: str) -> dict[str, Any] | None:
+    """One step through `pp` pipeline stages with `mb` micro-batches (GPipe-style), or None when pp = 1."""
+    if pp == 1:
+        return None
+    if layers < pp:
+        raise ValueError(f"pp={pp} stages need at least {pp} layers; the model has {layers}")
+    from torchsim.hwmodels.systems import builtin_system
+    from torchsim.sim.collectives import collective_cost
+
+    per: list[list[KernelSim]] = [[] for _ in range(pp)]
+    send_bytes = 0
+    for c, s in launched:
+        stage = (c.layer * pp // layers if c.layer is not None else 0 if c.name.startswith("head") else pp - 1)
+        per[stage].append(s)
+        if c.kind is KernelKind.ADD_RMSNORM or c.kind is KernelKind.RMSNORM:  # the residual stream's width
+            send_bytes = max(send_bytes, c.p("rows") * c.p("hidden") * 2)
+    stage_s = [lm.place(ss)[1] for ss in per]
+    send = collective_cost("all-to-all", builtin_system(system), 2, 2 * max(send_bytes, 1)).time_s  # p2p, each way
+    step = sum(stage_s) + (pp - 1) * send + (mb - 1) * max(stage_s)
+    busy = mb * sum(stage_s)  # stage-seconds of work in the step
+    return {"step_s": step, "stage_s": stage_s, "send_s": send, "micro_batches": mb,
+            "bubble": 1.0 - busy / (pp * step)}
+
+
 def _slowest_experts(ranks: Sequence[KernelPlan], prof: Any, max_events: int, workers: int | None,
                      disk: DiskCache | None) -> KernelPlan:
     """Rank 0's plan with each layer's MoE expert kernels taken from the rank whose experts take longest (the
@@ -247,27 +295,27 @@ def _slowest_experts(ranks: Sequence[KernelPlan], prof: Any, max_events: int, wo
     return replace(ranks[0], calls=tuple(out))
 
 
-def _devices(hw: Any, tp: int) -> tuple[Any, str]:
-    """The device profile and, for tp > 1, the name of the multi-GPU system it runs in."""
+def _devices(hw: Any, ranks: int) -> tuple[Any, str]:
+    """The device profile and, for ranks > 1 (tp x pp GPUs), the name of the multi-GPU system it runs in."""
     from torchsim.hwmodels.systems import builtin_system, is_system, system_for
 
     if isinstance(hw, str) and is_system(hw) and not hw.strip().lower().endswith(".toml"):
         system = builtin_system(hw)
-        if tp > system.devices:
-            raise ValueError(f"tp={tp} needs {tp} GPUs; {system.name} has {system.devices}")
+        if ranks > system.devices:
+            raise ValueError(f"tp x pp = {ranks} GPUs; {system.name} has {system.devices}")
         return system.device, system.name
     prof = _profile(hw)
-    if tp == 1:
+    if ranks == 1:
         return prof, ""
     if not isinstance(prof, GpuProfile):
-        raise ValueError(f"tp={tp}: tensor parallelism is modelled on GPU systems only; {prof.name!r} is not a GPU "
-                         "(Tenstorrent multi-chip meshes are not modelled yet)")
+        raise ValueError(f"tp x pp = {ranks} GPUs: tensor and pipeline parallelism are modelled on GPU systems only; "
+                         f"{prof.name!r} is not a GPU (Tenstorrent multi-chip meshes are not modelled yet)")
     try:
         system = system_for(prof.name.split("+")[0])  # a non-default issue policy renames it NAME+POLICY
     except KeyError as exc:
-        raise ValueError(f"tp={tp}: {exc.args[0]}") from None
-    if tp > system.devices:
-        raise ValueError(f"tp={tp} needs {tp} GPUs; {system.name} ({prof.name}) has {system.devices}")
+        raise ValueError(f"tp x pp = {ranks} GPUs: {exc.args[0]}") from None
+    if ranks > system.devices:
+        raise ValueError(f"tp x pp = {ranks} GPUs; {system.name} ({prof.name}) has {system.devices}")
     return prof, system.name
 
 
@@ -369,10 +417,11 @@ def _activation_bytes(plan: KernelPlan) -> float:
 
 
 def _memory_fit(name: str, prof: Any, weight_bytes: float, plans: Sequence[KernelPlan], *, tp: int, batch: int,
-                kv_dtype: Any, allow: bool) -> tuple[list[str], dict[str, Any]]:
+                kv_dtype: Any, allow: bool, share: float = 1.0) -> tuple[list[str], dict[str, Any]]:
     """Weights + KV cache (at the last step's length) + activations per GPU against its memory: a report, and
-    an error naming what would fit when it does not (a warning with `allow`)."""
-    kv = max((_kv_bytes(p) for p in plans), default=0.0)
+    an error naming what would fit when it does not (a warning with `allow`). `share`: the part of the plans' KV
+    one GPU holds (pipeline parallelism: its stage's layers, for every micro-batch)."""
+    kv = max((_kv_bytes(p) for p in plans), default=0.0) * share
     act = max((_activation_bytes(p) for p in plans), default=0.0)
     cap = float(prof.dram_bytes.value) if hasattr(prof, "dram_bytes") else 0.0
     need = weight_bytes + kv + act

@@ -88,6 +88,7 @@ class Prediction:
     tp: int = 1  # tensor-parallel ranks: the kernels are one rank's (ranks are symmetric), times the system's
     system: str = ""  # the multi-GPU system a tp > 1 run's collectives cross
     ep: int = 1  # expert-parallel ranks (= tp when on): MoE experts split whole over the ranks
+    pp: int = 1  # pipeline stages (each on tp GPUs); stats["pipeline"] has stage times and the bubble
 
     @property
     def tpot_s(self) -> float:
@@ -139,7 +140,7 @@ class Prediction:
         d: dict[str, Any] = {
             "model": self.model, "hw": self.hw, "preset": self.preset, "launch": self.launch, "batch": self.batch,
             "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "kv_len": self.kv_len,
-            "tp": self.tp, "ep": self.ep, "system": self.system,
+            "tp": self.tp, "ep": self.ep, "pp": self.pp, "system": self.system,
             "ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3, "total_ms": self.total_s * 1e3,
             "tokens_per_s": self.tokens_per_s, "decode_tokens_per_s": self.decode_tokens_per_s,
             "decode_step_ms": [t * 1e3 for t in self.decode_step_s], "sampled_steps": list(self.sampled_steps),
@@ -176,6 +177,13 @@ class Prediction:
                          f"KV + {mem['activation_bytes'] / gib:,.2f} activations = {mem['total_bytes'] / gib:,.1f} of "
                          f"{mem['capacity_bytes'] / gib:,.1f} GiB per GPU; largest batch that fits at this context: "
                          f"{mem['max_batch']:,}")
+        pipe = st.get("pipeline")
+        if pipe:
+            part = pipe["decode"] or pipe["prefill"]
+            lines.insert(1, f"  pipeline parallel over {self.pp} stages, {part['micro_batches']} micro-batch(es): "
+                         f"stages {', '.join(f'{x * 1e3:.3f}' for x in part['stage_s'])} ms, send "
+                         f"{part['send_s'] * 1e6:.1f} us, bubble {part['bubble']:.1%} of the "
+                         f"{'decode step' if pipe['decode'] else 'prefill'}")
         if self.tp > 1:
             step = self.step_kernels("decode", self.sampled_steps[0]) if self.decode_steps else []
             comm = [k for k in (step or self.step_kernels("prefill")) if k.kind == "collective"]
