@@ -183,3 +183,14 @@ def test_pipeline_parallel_stages_and_bubble() -> None:
         predict("llama-small", "h100-sxm", batch=4, pp=2, micro_batches=3, **STEP)
     with pytest.raises(ValueError, match="pp=8 stages need at least 8 layers"):
         predict("llama-small", "h100-sxm", pp=8, **STEP)
+
+
+def test_compare_sets_systems_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchsim.cli import main
+
+    rc = main(["compare", "llama-small", "--hw", "h100-sxm:tp2,h200", "--prompt", "32", "--decode", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "h100-sxm TP2" in out and "h200 TP1" in out
+    assert main(["compare", "llama-small", "--hw", "h100-sxm:x2", "--prompt", "32"]) == 2
+    assert "write NAME:tpN" in capsys.readouterr().err

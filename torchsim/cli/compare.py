@@ -8,6 +8,7 @@ time per kernel kind per profile. `export_predictions` is also what `torchsim pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -28,7 +29,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("compare", help="predict one model on several hardware profiles, side by side",
                        description="Side-by-side TTFT, TPOT, tokens/s, top kernels and bound per hardware profile.")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"model name (default {DEFAULT_MODEL})")
-    p.add_argument("--hw", default=DEFAULT_HW, help=f"comma-separated hardware profiles (default {DEFAULT_HW})")
+    p.add_argument("--hw", default=DEFAULT_HW,
+                   help=f"comma-separated hardware profiles, each optionally NAME:tpN for N of its GPUs "
+                        f"(h100-sxm:tp4,h200:tp2,b200; default {DEFAULT_HW})")
     p.add_argument("--prompt", type=int_in(1, 1 << 20), default=2048, help="prompt tokens per sequence (default 2048)")
     p.add_argument("--decode", type=int_in(0, 1 << 20), default=128, help="decode steps (default 128)")
     p.add_argument("--batch", type=int_in(1, 1 << 16), default=1, help="sequences per step (default 1)")
@@ -57,18 +60,30 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def parse_hw_list(text: str) -> list[Any]:
-    """Profiles named in a comma-separated list; unknown names raise KeyError listing the known ones."""
+def parse_hw_tp_list(text: str, default_tp: int) -> list[tuple[Any, int]]:
+    """(profile, tensor-parallel GPUs) for each item of `--hw`: a profile name (unknown ones raise KeyError
+    listing the known), or NAME:tpN for N of its GPUs
+    (h100-sxm:tp4,h200:tp2,b200 sets systems side by side); an item without :tpN takes `default_tp`."""
     from torchsim.hwmodels import get_profile
 
-    names = [n.strip() for n in text.split(",")]
-    if not any(names):
+    items = [n.strip() for n in text.split(",")]
+    if not any(items):
         raise UsageError(f"--hw needs at least one profile name, got {text!r}")
-    if not all(names):
+    if not all(items):
         raise UsageError(f"--hw {text!r} has an empty item; separate profile names with single commas")
-    if len(set(names)) != len(names):
+    if len(set(items)) != len(items):
         raise UsageError(f"--hw names a profile twice: {text!r}")
-    return [get_profile(n) for n in names]
+    out = []
+    for item in items:
+        name, _, spec = item.partition(":")
+        tp = default_tp
+        if spec:
+            digits = spec.strip().lower().removeprefix("tp")
+            if not spec.strip().lower().startswith("tp") or not digits.isdigit() or int(digits) < 1:
+                raise UsageError(f"--hw item {item!r}: write NAME:tpN with N >= 1 (e.g. h100-sxm:tp4)")
+            tp = int(digits)
+        out.append((get_profile(name.strip()), tp))
+    return out
 
 
 def detail_for(profiles: Sequence[Any]) -> Any:
@@ -110,16 +125,19 @@ def export_predictions(args: argparse.Namespace, preds: Sequence[Any], profiles:
 def run(args: argparse.Namespace) -> int:
     from torchsim.prediction.pipeline import predict
 
-    profiles = parse_hw_list(args.hw)
+    entries = parse_hw_tp_list(args.hw, args.tp)
+    profiles = [hw for hw, _tp in entries]
     model = approximated(args)
     preds = []
-    for hw in profiles:
-        print(f"predicting {args.model} on {hw.name} ...", file=sys.stderr)
-        preds.append(predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
-                             preset=args.preset, routing=args.routing, fallback=args.fallback,
-                             workers=args.workers, tp=args.tp, ep=args.ep, pp=args.pp,
-                             micro_batches=args.micro_batches, allow_oversubscribe=args.allow_oversubscribe,
-                             progress=not args.json and sys.stderr.isatty()))
+    for hw, tp in entries:
+        print(f"predicting {args.model} on {hw.name}{f' x{tp}' if tp > 1 else ''} ...", file=sys.stderr)
+        p = predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
+                    preset=args.preset, routing=args.routing, fallback=args.fallback,
+                    workers=args.workers, tp=tp, ep=args.ep if tp > 1 else 1, pp=args.pp,
+                    micro_batches=args.micro_batches, allow_oversubscribe=args.allow_oversubscribe,
+                    progress=not args.json and sys.stderr.isatty())
+        # systems side by side: each column names its GPU count
+        preds.append(dataclasses.replace(p, hw=f"{p.hw} TP{tp}") if len({t for _h, t in entries}) > 1 else p)
     from torchsim.validation.accuracy import notes_for as accuracy_notes
 
     dtype = getattr(args, "dtype", "bf16")
@@ -130,9 +148,10 @@ def run(args: argparse.Namespace) -> int:
         for w in (w for p in preds for w in p.warnings):
             print(f"warning: {w}", file=sys.stderr)
         first = preds[0]
-        tp = f", tensor parallel over {args.tp} GPUs" if args.tp > 1 else ""
+        tps = {t for _h, t in entries}
+        tp_note = f", tensor parallel over {min(tps)} GPUs" if len(tps) == 1 and min(tps) > 1 else ""
         print(f"{first.model}: batch {first.batch}, prompt {first.prompt_len}, {first.decode_steps} decode steps "
-              f"(preset {first.preset}, launch {first.launch}{tp})\n")
+              f"(preset {first.preset}, launch {first.launch}{tp_note})\n")
         summaries = [summarize(prediction_records(p), top=args.top, ttft_s=p.ttft_s,
                                tpot_s=p.tpot_s if p.decode_steps else None) for p in preds]
         print(comparison_table(summaries, top=args.top))
