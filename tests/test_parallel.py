@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from torchsim import predict
@@ -194,3 +196,29 @@ def test_compare_sets_systems_side_by_side(capsys: pytest.CaptureFixture[str]) -
     assert "h100-sxm TP2" in out and "h200 TP1" in out
     assert main(["compare", "llama-small", "--hw", "h100-sxm:x2", "--prompt", "32"]) == 2
     assert "write NAME:tpN" in capsys.readouterr().err
+
+
+def test_outputs_show_ranks_and_collectives(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    from torchsim.exports.from_prediction import prediction_records
+    from torchsim.exports.parquet import write_kernels
+    from torchsim.exports.perfetto import write_trace
+    from torchsim.hwmodels import get_profile
+
+    p = predict("llama-small", "h100-sxm", tp=2, **STEP)
+    rec = prediction_records(p)
+    write_kernels(tmp_path / "k.parquet", [rec], [get_profile("h100-sxm")])
+    df = pq.read_table(tmp_path / "k.parquet").to_pandas()
+    assert set(df.tp_ranks) == {2} and set(df["rank"]) == {0}
+    coll = df[df.kernel_kind == "collective"]
+    assert len(coll) and (coll.collective_bytes > 0).all() and (coll.busbw_GBps > 0).all()
+    assert df[df.kernel_kind != "collective"].collective_bytes.isna().all()
+    report = write_trace(tmp_path / "t.pftrace", [rec])
+    trace = Trace()
+    trace.ParseFromString((tmp_path / "t.pftrace").read_bytes())
+    procs = [q.track_descriptor.name for q in trace.packet if q.HasField("track_descriptor")
+             and q.track_descriptor.name.endswith(("rank 0", "rank 1"))]
+    assert len(procs) == 2
+    assert report.stats.flows == len(coll)  # each collective: one arrow from rank 0 to rank 1

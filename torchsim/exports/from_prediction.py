@@ -42,10 +42,13 @@ def _clock_hz(pred: Any) -> float:
 
 
 def run_info(pred: Any, run_id: str | None = None) -> RunInfo:
+    tp = int(getattr(pred, "tp", 1))
     scenario = {"prompt": pred.prompt_len, "decode": pred.decode_steps, "batch": pred.batch, "kv_len": pred.kv_len,
-                "launch": getattr(pred, "launch", "")}
-    rid = run_id or f"{pred.model}-{pred.hw}-{pred.preset}-b{pred.batch}-p{pred.prompt_len}-d{pred.decode_steps}"
-    return RunInfo(rid, pred.model, pred.hw, pred.preset, scenario=scenario)
+                "launch": getattr(pred, "launch", ""), "tp": tp, "ep": int(getattr(pred, "ep", 1)),
+                "pp": int(getattr(pred, "pp", 1))}
+    rid = run_id or (f"{pred.model}-{pred.hw}-{pred.preset}-b{pred.batch}-p{pred.prompt_len}-d{pred.decode_steps}"
+                     + (f"-tp{tp}" if tp > 1 else ""))
+    return RunInfo(rid, pred.model, pred.hw, pred.preset, scenario=scenario, ranks=tp)
 
 
 def prediction_records(pred: Any, run_id: str | None = None, all_steps: bool = True) -> PredictionRecords:

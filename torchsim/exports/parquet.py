@@ -46,6 +46,15 @@ def _stall(reason: str) -> Callable[[RunInfo, KernelRecord], float | None]:
     return lambda run, k: None if k.stalls_cycles is None else k.stalls_cycles.get(reason)
 
 
+def _collective(k: KernelRecord, what: str) -> float | None:
+    if k.kernel_kind != "collective":
+        return None
+    if what == "nbytes":
+        return float(dict(k.params).get("nbytes", 0))
+    value = (k.template_config or {}).get(what)
+    return None if value is None else float(value)
+
+
 KERNEL_COLUMNS: tuple[Column, ...] = (
     Column("run_id", pa.string(), "identifies the run (model, hardware, preset, scenario)",
            lambda r, k: r.run_id, False),
@@ -109,6 +118,13 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
     Column("method", pa.string(), "how the duration was obtained: exact (simulated in full), extrapolated-<dims> "
            "(truncated instances of the repeating dimensions waves, k or kv, torchsim.prediction.repeats), "
            "roofline: <why>, interpolated from decode steps A and B", lambda r, k: k.method),
+    Column("tp_ranks", pa.int32(), "tensor-parallel GPUs the run spans (1: one GPU)", lambda r, k: r.ranks, False),
+    Column("rank", pa.int32(), "the rank the row is the kernel of: 0, the simulated rank, standing for every "
+           "symmetric rank (expert-parallel MoE rows are the slowest rank's)", lambda r, k: 0, False),
+    Column("collective_bytes", pa.float64(), "a collective's message, bytes per rank as nccl-tests counts them; "
+           "NULL for other kernels", lambda r, k: _collective(k, "nbytes")),
+    Column("busbw_GBps", pa.float64(), "a collective's bus bandwidth (nccl-tests' busbw), GB/s; NULL for other "
+           "kernels", lambda r, k: _collective(k, "busbw_GBps")),
 )
 
 NODE_COLUMNS: tuple[Column, ...] = (

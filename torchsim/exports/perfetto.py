@@ -1,6 +1,7 @@
 """Perfetto export: the end-to-end view of predictions and, through `perfetto_detail`, kernel detail views.
 
-End-to-end: a process per device (one per hardware profile when comparing, each aligned at zero), a
+End-to-end: a process per device (one per hardware profile when comparing, each aligned at zero; one per rank
+of a tensor-parallel run, each collective's slices linked by flows from rank to rank), a
 thread track per stream, one slice per kernel with its shapes, cycles and bound as arguments, a `launch gap`
 slice for the launch model's idle time before a kernel, enclosed in phase slices (prefill, decode) and
 decode-step slices. Timestamps are ns; cycles travel as arguments.
@@ -72,22 +73,31 @@ def _enclosing(k: KernelRecord) -> list[str]:
 
 
 def emit_prediction(w: TraceWriter, pred: PredictionRecords, label: str | None = None) -> None:
-    """One device process for `pred`, its kernels on stream tracks, aligned so the run starts at 0 ns."""
+    """One device process for `pred` (one per rank of a tensor-parallel run: the symmetric ranks run the same
+    kernels, each collective's slices joined by a flow from rank to rank), its kernels on stream tracks,
+    aligned so the run starts at 0 ns."""
     run = pred.run
     name = label or run.device_label or f"{run.hardware}: {run.model}" + (f" ({run.preset})" if run.preset else "")
-    proc = w.process(name)
     t0_us = min((k.start_us for k in pred.kernels), default=0.0)
     streams = sorted({k.stream for k in pred.kernels})
-    for stream in streams:
-        track = w.thread(proc, f"stream {stream}")
-        kernels = sorted((k for k in pred.kernels if k.stream == stream), key=lambda k: (k.start_us, k.kernel_index))
-        _emit_stream(w, track, kernels, t0_us, name)
+    ranks = max(1, run.ranks)
+    colls = [k.kernel_index for k in pred.kernels if k.kernel_kind == "collective"]
+    hops = {i: [w.new_flow() for _ in range(ranks - 1)] for i in colls}  # rank r -> r + 1, per collective
+    for rank in range(ranks):
+        proc = w.process(f"{name} rank {rank}" if ranks > 1 else name)
+        flows = {i: (f[rank:rank + 1], f[rank - 1:rank] if rank else []) for i, f in hops.items()}
+        for stream in streams:
+            track = w.thread(proc, f"stream {stream}")
+            kernels = sorted((k for k in pred.kernels if k.stream == stream),
+                             key=lambda k: (k.start_us, k.kernel_index))
+            _emit_stream(w, track, kernels, t0_us, name, flows)
 
 
 GAP_SLICE = "launch gap"
 
 
-def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us: float, device: str) -> None:
+def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us: float, device: str,
+                 flows: dict[int, tuple[list[int], list[int]]] | None = None) -> None:
     prev_end = -1
     prev_name = ""
     for phase, in_phase in groupby(kernels, key=lambda k: k.phase):
@@ -113,8 +123,9 @@ def _emit_stream(w: TraceWriter, track: int, kernels: list[KernelRecord], t0_us:
                         raise ValueError(f"{device}: kernel {k.kernel_index} {k.kernel_name!r} starts at "
                                          f"{k.start_us} us, before kernel {prev_name!r} on stream {k.stream} ends")
                     start = prev_end
-                w.slice(start, max(end, start) - start, track, k.kernel_name, kernel_args(k),
-                        unique_args=kernel_counts(k))
+                out, into = (flows or {}).get(k.kernel_index, ((), ()))
+                w.slice(start, max(end, start) - start, track, k.kernel_name, kernel_args(k), flows_out=out,
+                        flows_in=into, unique_args=kernel_counts(k))
                 prev_end, prev_name = max(end, start), k.kernel_name
             if phase and step is not None:
                 w.end(prev_end, track)

@@ -69,6 +69,7 @@ class RunInfo:
     preset: str = ""
     device_label: str = ""  # shown as the trace process name; defaults to the hardware name
     scenario: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"prompt": 2048, "decode": 128, "batch": 1}
+    ranks: int = 1  # tensor-parallel GPUs: the kernels are one rank's, standing for every (symmetric) rank
 
 
 @dataclass(frozen=True, slots=True)
