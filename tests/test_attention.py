@@ -226,8 +226,8 @@ def test_bad_input_names_the_parameter_and_what_is_valid(kwargs: dict, hw_name: 
         assert w in str(err.value)
 
 
-def _mma_beside_exp(hw_name: str) -> tuple[int, int, int]:
-    """Cycles of one MMA, one EXP, and both issued together by two warp groups of one CTA."""
+def _mma_beside_exp(hw_name: str, **attrs: object) -> tuple[int, int, int]:
+    """Cycles of one MMA, one EXP, and both issued together by two warp groups of one CTA (kernel `attrs`)."""
     import numpy as np
 
     from torchsim.graph import CtaClass, GraphBuilder, KernelGraph
@@ -242,7 +242,8 @@ def _mma_beside_exp(hw_name: str) -> tuple[int, int, int]:
                 b.node(g, Op.MMA, Unit.TENSOR, work=hw.tensor_flop_per_clk_per_sm(DType.BF16) * 2000)
             else:
                 b.node(g, Op.EXP, Unit.SFU, work=float(hw.sfu_ops_per_clk_per_sm.value) * 2000)
-        kg = KernelGraph("pair", (CtaClass(b.build(), np.zeros((1, 0), dtype=np.int64), (), threads=256),))
+        kg = KernelGraph("pair", (CtaClass(b.build(), np.zeros((1, 0), dtype=np.int64), (), threads=256),),
+                         attrs=dict(attrs))
         out.append(simulate(kg, hw).cycles)
     return out[0], out[1], out[2]
 
@@ -253,6 +254,22 @@ def test_exp_and_register_accumulator_mma_exclude_each_other_before_blackwell() 
     assert both - max(mma, exp) >= 2000 - 64  # the EXP waits for the MMA's injection, not its latency
     mma, exp, both = _mma_beside_exp("b200")
     assert both - max(mma, exp) < 100
+
+
+def test_register_accumulator_mmas_exclude_exp_on_blackwell_too() -> None:
+    """The exclusion follows where the MMAs accumulate, not the part: a B200 kernel whose MMAs accumulate in
+    registers (FA2's mma.sync) serialises them with MUFU work; tcgen05 kernels (TMEM, the default) overlap."""
+    mma, exp, both = _mma_beside_exp("b200", tmem_accumulators=False)
+    assert both - exp >= 2000 - 64  # the EXP waits for the MMA's 2000-cycle injection
+    hw = get_profile("b200")
+    shape = AttnShape(1, 32, 32, 2048, 2048, 64)
+    fa2, fa4 = attention(shape, hw, variant=AttnVariant.FA2), attention(shape, hw)
+    assert fa2.attrs["tmem_accumulators"] is False and "tmem_accumulators" not in fa4.attrs
+    overlap = replace(hw, sfu_overlaps_tensor=replace(hw.sfu_overlaps_tensor, value=1))
+    paired, free = simulate(fa2, hw), simulate(fa2, overlap)
+    assert paired.cycles > free.cycles  # the exclusion costs FA2 time on B200
+    assert paired.time_s >= roofline_s(fa2, hw)
+    assert simulate(fa4, hw).cycles == simulate(fa4, overlap).cycles  # TMEM accumulators: nothing paired
 
 
 def test_fa2_mma_sync_holds_the_datapath_at_the_warp_mma_rate() -> None:

@@ -69,7 +69,10 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             self.sms = [SmState(i, {u: Pipeline(name, thr, lat, queued=q) for u, (name, thr, lat, q) in table.items()},
                             self.nsp) for i in range(self.nsm)]
         else:
-            self.sms = [SmState(i, gpu_units(hw, max(tensor_rate, 1e-9)), self.nsp) for i in range(self.nsm)]
+            # where MMAs accumulate: the kernel says (attrs "tmem_accumulators"), else the profile's MMA has TMEM
+            tmem = bool(kernel.attrs.get("tmem_accumulators", hw.tmem_bytes_per_sm.value > 0))
+            self.sms = [SmState(i, gpu_units(hw, max(tensor_rate, 1e-9), register_mma=not tmem), self.nsp)
+                        for i in range(self.nsm)]
         self.policies = [pol(self.nsp) for _ in range(self.nsm)]
         clk = hw.clock_hz_value
         # hook: a profile with its own memory path (Tensix: NoC + DRAM banks) serves global reads/writes

@@ -31,6 +31,7 @@ from torchsim.lowering.templates.attention_config import (
     default_config,
     kv_span,
     mma_work_scale,
+    tmem_accumulators,
 )
 from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
 from torchsim.lowering.templates.prologue import add_prologue
@@ -52,10 +53,11 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
     rows = [((n, masked), (b, h, h // shape.group, m, *((first,) if window else ())))
             for b in range(shape.batch) for h in range(shape.heads_q) for m, (n, masked, first) in enumerate(spans)]
     classes = []
+    tmem = tmem_accumulators(cfg.variant, hw)
     for cr in group_ctas(rows, names, order=lambda key: -key[0]):
         n, masked = cr.key
         graph = write_cta(cfg, shape, n, masked, hw=hw, datapath_rows=datapath_rows(cfg.variant, hw),
-                          tmem_accumulators=hw.tmem_bytes_per_sm.value > 0, **window)
+                          tmem_accumulators=tmem, **window)
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
     v = cfg.variant.value
@@ -68,7 +70,9 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
                "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
                "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
                "dtype": shape.dtype.name.lower(), "query_blocks": mblocks,
-               **({"window": shape.binding_window} if shape.binding_window else {})},
+               **({"window": shape.binding_window} if shape.binding_window else {}),
+               # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
+               **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})},
     )
 
 
