@@ -159,10 +159,13 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     No warp specialisation and no ping-pong: in each warp group S_j = Q K_j^T, its softmax (row max first,
     then exp2 beside the FMA work) and O += P_j V_j follow in program order (S_(j+1) may issue while P_j V_j
     still runs). Every iteration starts with cp.async.wait and a CTA barrier (the ring is shared by all
-    warps), so no group issues S_j before every group issued P_(j-1) V_(j-1): the groups run in step and
-    their softmaxes coincide instead of hiding under each other's MMAs. A ring slot is refilled once every
-    group's MMA that read it completed. O is written with ordinary stores after a layout change through
-    shared memory."""
+    warps), so no group issues S_j before every group issued P_(j-1) V_(j-1): the groups run in step. Nothing
+    staggers them (FlashAttention-3 adds its ping-pong named barriers because the warp schedulers do not by
+    themselves run one group's GEMMs while another runs its softmax: 570 -> 620 TFLOPS at d = 128, 8k; Shah
+    et al., arXiv:2407.08608 §3.1), so the groups' wgmmas of one phase interleave on the tensor cores and a
+    group's S_j is complete only when every group's is: their softmaxes coincide instead of hiding under each
+    other's MMAs. A ring slot is refilled once every group's MMA that read it completed. O is written with
+    ordinary stores after a layout change through shared memory."""
     b = w.b
     groups = cfg.warp_groups
     rows = cfg.bm // groups
@@ -193,6 +196,7 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     for i in range(n):
         if i + cfg.stages - 1 < n:
             load(i + cfg.stages - 1)
+        firsts: list[int] = []
         for g, wg in enumerate(wgs):
             qk[g, i] = w.mma(wg, rows, bn, w.head_dim, f"qk{g}[{i}]", (rows + bn) * w.head_dim * e)
             link(b, [*ks[i], qs[g] if i == 0 else -1], qk[g, i])
@@ -200,7 +204,12 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
                 if (c, i - 1) in pv:
                     b.order(pv[c, i - 1], qk[g, i])
             first, sm = w.softmax_chain(wg, rows, bn, f"{g}[{i}]", masked=i < masked)
-            link(b, qk[g, i], first)
+            # no ping-pong: the groups' wgmmas of one phase interleave on the tensor cores (each sub-core
+            # holds a warp of every group), so a group's S_j is complete only when every group's is
+            link(b, [qk[c, i] for c in range(g + 1)], first)
+            for c in range(g):  # ... and the earlier groups' softmaxes wait for this group's S_j too
+                b.data(qk[g, i], firsts[c])
+            firsts.append(first)
             link(b, pv.get((g, i - 1), -1), sm)  # acc * alpha needs the previous P V accumulated
             pv[g, i] = w.pv(wg, rows, bn, f"pv{g}[{i}]")
             link(b, [*vs[i], *sm], pv[g, i])
