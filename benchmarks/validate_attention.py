@@ -34,7 +34,7 @@ def main() -> None:
                     "add dram_bytes_per_s to fit the DRAM efficiency too, a few simulations per row)")
     args = ap.parse_args()
     preds: list[Prediction] = []
-    print(f"{'id':<9} {'profile':<9} {'kernel':<19} {'shape (b,h,s,d)':<20} {'metric':<9} {'timing':<16} "
+    print(f"{'id':<9} {'profile':<9} {'kernel':<19} {'shape (b,h,s,d)':<20} {'metric':<9} {'timing':<21} "
           f"{'measured':>9} {'predicted':>9} {'err%':>7}  bound")
     t0 = time.time()
     envelopes: dict[str, Device] = {}
@@ -50,7 +50,7 @@ def main() -> None:
         preds.append(p)
         kernel, dims = p.device.cols
         digits = 1 if p.device.envelope else 3
-        print(f"{r.id:<9} {p.profile:<9} {kernel:<19} {dims:<20} {r.metric:<9} {p.method.name:<16} "
+        print(f"{r.id:<9} {p.profile:<9} {kernel:<19} {dims:<20} {r.metric:<9} {p.method.name:<21} "
               f"{p.measured:>9.{digits}f} {p.predicted:>9.{digits}f} {100 * p.err:>+7.1f}  {p.device.bound}")
     finish(preds, args.loso_params if args.loso else None, time.time() - t0, 34)
 

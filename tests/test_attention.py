@@ -226,8 +226,8 @@ def test_bad_input_names_the_parameter_and_what_is_valid(kwargs: dict, hw_name: 
         assert w in str(err.value)
 
 
-def _mma_beside_exp(hw_name: str) -> tuple[int, int, int]:
-    """Cycles of one MMA, one EXP, and both issued together by two warp groups of one CTA."""
+def _mma_beside_exp(hw_name: str, **attrs: object) -> tuple[int, int, int]:
+    """Cycles of one MMA, one EXP, and both issued together by two warp groups of one CTA (kernel `attrs`)."""
     import numpy as np
 
     from torchsim.graph import CtaClass, GraphBuilder, KernelGraph
@@ -242,7 +242,8 @@ def _mma_beside_exp(hw_name: str) -> tuple[int, int, int]:
                 b.node(g, Op.MMA, Unit.TENSOR, work=hw.tensor_flop_per_clk_per_sm(DType.BF16) * 2000)
             else:
                 b.node(g, Op.EXP, Unit.SFU, work=float(hw.sfu_ops_per_clk_per_sm.value) * 2000)
-        kg = KernelGraph("pair", (CtaClass(b.build(), np.zeros((1, 0), dtype=np.int64), (), threads=256),))
+        kg = KernelGraph("pair", (CtaClass(b.build(), np.zeros((1, 0), dtype=np.int64), (), threads=256),),
+                         attrs=dict(attrs))
         out.append(simulate(kg, hw).cycles)
     return out[0], out[1], out[2]
 
@@ -253,6 +254,22 @@ def test_exp_and_register_accumulator_mma_exclude_each_other_before_blackwell() 
     assert both - max(mma, exp) >= 2000 - 64  # the EXP waits for the MMA's injection, not its latency
     mma, exp, both = _mma_beside_exp("b200")
     assert both - max(mma, exp) < 100
+
+
+def test_register_accumulator_mmas_exclude_exp_on_blackwell_too() -> None:
+    """The exclusion follows where the MMAs accumulate, not the part: a B200 kernel whose MMAs accumulate in
+    registers (FA2's mma.sync) serialises them with MUFU work; tcgen05 kernels (TMEM, the default) overlap."""
+    mma, exp, both = _mma_beside_exp("b200", tmem_accumulators=False)
+    assert both - exp >= 2000 - 64  # the EXP waits for the MMA's 2000-cycle injection
+    hw = get_profile("b200")
+    shape = AttnShape(1, 32, 32, 2048, 2048, 64)
+    fa2, fa4 = attention(shape, hw, variant=AttnVariant.FA2), attention(shape, hw)
+    assert fa2.attrs["tmem_accumulators"] is False and "tmem_accumulators" not in fa4.attrs
+    overlap = replace(hw, sfu_overlaps_tensor=replace(hw.sfu_overlaps_tensor, value=1))
+    paired, free = simulate(fa2, hw), simulate(fa2, overlap)
+    assert paired.cycles > free.cycles  # the exclusion costs FA2 time on B200
+    assert paired.time_s >= roofline_s(fa2, hw)
+    assert simulate(fa4, hw).cycles == simulate(fa4, overlap).cycles  # TMEM accumulators: nothing paired
 
 
 def test_fa2_mma_sync_holds_the_datapath_at_the_warp_mma_rate() -> None:
@@ -296,7 +313,8 @@ def test_triton_runs_wgmma_in_every_warp_group_with_cp_async_loads_on_hopper() -
 
 
 def test_triton_warp_groups_meet_at_a_barrier_every_iteration() -> None:
-    """The K/V ring is shared by all warps: no group issues S_j before every group issued P_(j-1) V_(j-1)."""
+    """The K/V ring is shared by all warps: no group issues S_j before every group issued P_(j-1) V_(j-1);
+    nothing staggers the groups, so their softmaxes start together."""
     g = attention(AttnShape(1, 1, 1, 128, 512, 128), get_profile("h100-sxm"), variant=AttnVariant.TRITON
                   ).classes[0].graph
     idx = {n: i for i, n in enumerate(g.node_names)}
@@ -304,6 +322,10 @@ def test_triton_warp_groups_meet_at_a_barrier_every_iteration() -> None:
     assert (idx["pv1[0]"], idx["qk0[1]"]) in order and (idx["pv0[0]"], idx["qk1[1]"]) in order
     data = {(s, d) for s, d, k in zip(g.edge_src, g.edge_dst, g.edge_kind) if k == Edge.DATA}
     assert (idx["rowmax_0[1]"], idx["exp_0[1]"]) in data  # exp2 waits for the row max
+    # no ping-pong: the groups' S_j wgmmas interleave on the tensor cores, so each group's softmax starts once
+    # every group's S_j is complete
+    for g in range(2):
+        assert all((idx[f"qk{c}[1]"], idx[f"rowmax_{g}[1]"]) in data for c in range(2))
 
 
 @pytest.mark.parametrize("hw_name", ["a100-sxm", "h100-sxm", "b200"])

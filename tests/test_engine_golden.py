@@ -141,3 +141,23 @@ def test_tile_larger_than_shared_memory_names_node() -> None:
     b.node(w, Op.STS, Unit.LDST, t.nbytes, tile=t, name="sts_huge")
     with pytest.raises(ValueError, match="sts_huge.*shared-memory tile of 524288 B"):
         simulate(one_cta(b.build()), H100)
+
+
+def test_dirty_l2_lines_are_written_back_as_the_kernel_evicts_them() -> None:
+    """A launch that finds L2 full of dirty lines (a benchmark's zeroing flush) writes one back for every byte its
+    own traffic brings through DRAM: a bandwidth-bound copy moves up to twice its bytes, never more than the L2
+    holds extra, and never finishes sooner."""
+    b = GraphBuilder("copy")
+    w = b.group("w")
+    t = TileDesc(Space.GLOBAL, DType.BF16, (512, 1024), "X", (aff(c=1), aff()))
+    b.node(w, Op.TMA_LOAD, Unit.TMA, t.nbytes, tile=t)
+    kg = one_cta(b.build(), count=H100.sms)
+    clean = simulate(kg, H100)
+    l2 = float(H100.l2_bytes.value)
+    small = simulate(kg, H100, l2_dirty_bytes=clean.dram_bytes / 4)
+    full = simulate(kg, H100, l2_dirty_bytes=10 * l2)  # capped at the L2's size
+    assert clean.cycles < small.cycles < full.cycles
+    assert small.dram_bytes == pytest.approx(clean.dram_bytes * 1.25)
+    assert full.dram_bytes == pytest.approx(clean.dram_bytes + min(l2, clean.dram_bytes))
+    with pytest.raises(ValueError, match="l2_dirty_bytes"):
+        simulate(kg, H100, l2_dirty_bytes=-1.0)

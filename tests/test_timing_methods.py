@@ -75,3 +75,14 @@ def test_row_id_rule_and_unmatched_row(tmp_path: Path) -> None:
     bad.write_text("match,method,reason\nfoo,stopwatch,because\n")
     with pytest.raises(ValueError, match="unknown timing method 'stopwatch'"):
         timing.rules(bad)
+
+
+def test_zeroing_flush_leaves_the_l2_dirty_for_the_timed_kernel() -> None:
+    """triton.testing.do_bench zeroes a 256 MB buffer before each call: tritonbench's rows start with the L2 full
+    of dirty lines (its size), other timers with none; the launch gap is the eager loop's."""
+    hw = get_profile("h100-sxm")
+    m, _ = timing.method_for(_row("pytorch/benchmark commit ff65cb6"))
+    assert m.name == "cuda-events-l2-zeroed"
+    assert timing.l2_dirty_bytes(m, hw) == float(hw.l2_bytes.value)
+    assert timing.observed_time_s(1e-5, m, hw) == timing.observed_time_s(1e-5, timing.METHODS["cuda-events-loop"], hw)
+    assert timing.l2_dirty_bytes(timing.METHODS["cuda-events-loop"], hw) == 0.0

@@ -58,7 +58,9 @@ class GpuProfile:
     fma_latency_cycles: Quantity
     sfu_ops_per_clk_per_sm: Quantity
     sfu_latency_cycles: Quantity
-    sfu_overlaps_tensor: Quantity  # 1: MUFU work runs beside tensor-pipe work; 0: they exclude each other
+    # 1: MUFU work runs beside the work of MMAs that accumulate in registers (mma.sync, wgmma); 0: they exclude
+    # each other. MMAs accumulating in TMEM (tcgen05; a kernel's attrs "tmem_accumulators") never exclude it.
+    sfu_overlaps_tensor: Quantity
     ldst_bytes_per_clk_per_sm: Quantity  # L1 / shared-memory port
     smem_latency_cycles: Quantity
     l1_latency_cycles: Quantity
@@ -428,8 +430,12 @@ b200 = replace(
     h100_sxm,
     name="b200", arch=Arch.SM100, description="NVIDIA B200 SXM 180GB (2 dies, sm100)",
     **sm_limits(B200),
-    sfu_overlaps_tensor=assumed(1, "bool", "assumed: tcgen05 accumulates in TMEM, off the register file, so "
-                                "MUFU work overlaps the tensor pipe (the premise of FlashAttention-4's design)"),
+    # register-accumulator MMAs (mma.sync) exclude MUFU work as on sm80/sm90; tcgen05 kernels accumulate in TMEM,
+    # off the register file, and overlap it (the premise of FlashAttention-4's design; the engine pairs the pipes
+    # only for kernels without TMEM accumulators)
+    sfu_overlaps_tensor=calibrated(0, "bool", "published_dev.csv ATTN-027/028/031: FlashAttention-2's sm80 path "
+                                   "(mma.sync, register accumulators) on B200 runs at ~ mma.sync time + exp time, as "
+                                   "on sm80/sm90 (h100-sxm's sfu_overlaps_tensor)"),
     smem_per_sm_bytes=doc(228 * 1024, "B", fact(B200, "memory.smem_max_per_sm")),
     smem_per_cta_bytes=doc(227 * 1024, "B", fact(B200, "memory.smem_max_per_cta_optin")),
     sm_count=doc(148, "SMs", fact(B200, "compute.sm_count")),

@@ -34,7 +34,7 @@ from torchsim.sim.summary import STALLS, diagnose, summarize
 
 def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] | None = None,
              record: bool = False, max_sms: int | None = None, l1: bool = True,
-             noc: NocConfig | None = None) -> KernelResult:
+             noc: NocConfig | None = None, l2_dirty_bytes: float = 0.0) -> KernelResult:
     """Simulate one kernel launch on `hw`; `record=True` keeps a NodeRecord per executed node.
 
     `policy` defaults to greedy-then-oldest (or the policy of an enclosing `default_policy(...)` block).
@@ -43,8 +43,15 @@ def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePol
     `cluster_size` C > 1 launches thread-block clusters: C consecutive CTAs co-scheduled on free SMs of one
     16-SM GPC chosen by `noc`'s placement; barriers named `cluster:...` are shared by the cluster's CTAs, and
     nodes with DSMEM tiles (coordinate 0 = the destination CTA's rank) travel over the SM-cluster network.
+    `l2_dirty_bytes`: dirty L2 lines the launch finds (at most the L2's size), written back as the kernel's own
+    traffic evicts them (`DramServer.dirty`): what a benchmark that zeroes a buffer to flush L2 measures.
     """
-    return _Engine(kernel, hw, policy, record, max_sms, l1, noc).run()
+    if l2_dirty_bytes < 0:
+        raise ValueError(f"l2_dirty_bytes must be >= 0, got {l2_dirty_bytes}")
+    eng = _Engine(kernel, hw, policy, record, max_sms, l1, noc)
+    if eng.memsys is None:
+        eng.dram.dirty = min(float(l2_dirty_bytes), float(hw.l2_bytes.value))
+    return eng.run()
 
 
 class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
@@ -69,7 +76,10 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             self.sms = [SmState(i, {u: Pipeline(name, thr, lat, queued=q) for u, (name, thr, lat, q) in table.items()},
                             self.nsp) for i in range(self.nsm)]
         else:
-            self.sms = [SmState(i, gpu_units(hw, max(tensor_rate, 1e-9)), self.nsp) for i in range(self.nsm)]
+            # where MMAs accumulate: the kernel says (attrs "tmem_accumulators"), else the profile's MMA has TMEM
+            tmem = bool(kernel.attrs.get("tmem_accumulators", hw.tmem_bytes_per_sm.value > 0))
+            self.sms = [SmState(i, gpu_units(hw, max(tensor_rate, 1e-9), register_mma=not tmem), self.nsp)
+                        for i in range(self.nsm)]
         self.policies = [pol(self.nsp) for _ in range(self.nsm)]
         clk = hw.clock_hz_value
         # hook: a profile with its own memory path (Tensix: NoC + DRAM banks) serves global reads/writes

@@ -95,9 +95,14 @@ class DramServer(BandwidthServer):
     share of the other kind in the traffic served over the last `window` cycles (byte counts decaying with that
     time constant), so a copy streams at the copy rate, a pure stream at its own, and a read stream with a few
     writes pays in proportion to the writes. `serve` (kind unknown) charges the read cost.
+
+    `dirty`: bytes of dirty L2 lines the kernel finds at its start (a benchmark that flushes L2 by zeroing a
+    buffer leaves it full of them). Every byte the kernel moves through DRAM allocates an L2 line and so
+    evicts one of them until none are left: its write-back queues behind the request (which completes as
+    before) and delays what follows.
     """
 
-    __slots__ = ("read_cost", "write_cost", "delta", "window", "recent_r", "recent_w", "last_t")
+    __slots__ = ("read_cost", "write_cost", "delta", "window", "recent_r", "recent_w", "last_t", "dirty")
 
     def __init__(self, name: str, read_bpc: float, write_bpc: float, copy_bpc: float, window: float) -> None:
         if min(read_bpc, write_bpc, copy_bpc) <= 0:
@@ -110,6 +115,7 @@ class DramServer(BandwidthServer):
         self.recent_r = 0.0
         self.recent_w = 0.0
         self.last_t = 0
+        self.dirty = 0.0
 
     def serve_kind(self, t: int, nbytes: float, write: bool) -> float:
         """Queue a read (or write-back) of `nbytes` arriving at `t`; returns when its last byte has passed."""
@@ -130,10 +136,15 @@ class DramServer(BandwidthServer):
             mix = 0.0
         start = t if t > self.free_at else self.free_at
         dur = nbytes * ((self.write_cost if write else self.read_cost) + mix)
-        self.free_at = start + dur
+        end = self.free_at = start + dur
         self.bytes += nbytes
         self.busy_cycles += dur
-        return self.free_at
+        if self.dirty > 0.0:  # the lines this traffic allocates in L2 evict dirty ones left before the kernel
+            wb = nbytes if nbytes < self.dirty else self.dirty
+            left, self.dirty = self.dirty - wb, 0.0
+            self.serve_kind(t, wb, True)  # queued behind the request; the write-back itself allocates nothing
+            self.dirty = left
+        return end
 
     def serve(self, t: int, nbytes: float) -> float:
         return self.serve_kind(t, nbytes, False)

@@ -71,7 +71,10 @@ class SmState:
         self.threads = self.regs = self.smem = self.ctas = 0
 
 
-def gpu_units(hw: GpuProfile, dtype_flop_per_clk: float) -> dict[int, Pipeline]:
+def gpu_units(hw: GpuProfile, dtype_flop_per_clk: float, register_mma: bool = True) -> dict[int, Pipeline]:
+    """The SM's pipes; `register_mma`: the kernel's MMAs accumulate in the issuing warps' registers (mma.sync,
+    wgmma), so a profile whose `sfu_overlaps_tensor` is 0 pairs the SFU with the tensor pipe. MMAs that
+    accumulate in TMEM (tcgen05) never exclude MUFU work."""
     q = hw
     u: dict[int, Pipeline] = {
         Unit.TENSOR: Pipeline("tensor", dtype_flop_per_clk, int(q.tensor_latency_cycles.value),
@@ -85,6 +88,6 @@ def gpu_units(hw: GpuProfile, dtype_flop_per_clk: float) -> dict[int, Pipeline]:
     if q.tmem_bytes_per_clk_per_sm.value > 0:
         u[Unit.TMEM] = Pipeline("tmem", float(q.tmem_bytes_per_clk_per_sm.value), 2)
     overlap = getattr(q, "sfu_overlaps_tensor", None)
-    if overlap is not None and overlap.value == 0:  # the SFU and the tensor pipe exclude each other
+    if register_mma and overlap is not None and overlap.value == 0:  # the SFU and the tensor pipe exclude each other
         u[Unit.TENSOR].partner, u[Unit.SFU].partner = u[Unit.SFU], u[Unit.TENSOR]
     return u

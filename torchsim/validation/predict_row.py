@@ -28,7 +28,7 @@ from torchsim.lowering.templates.grouped_gemm import grouped_gemm, load_balance
 from torchsim.sim import KernelResult
 from torchsim.sim.sustained import simulate_sustained
 from torchsim.validation.published import Row, dtype_of
-from torchsim.validation.timing import TimingMethod, method_for, observed_time_s
+from torchsim.validation.timing import TimingMethod, l2_dirty_bytes, method_for, observed_time_s
 
 KERNEL_CATEGORIES = ("gemm", "attention", "moe_grouped_gemm")
 QUICK_FLOPS = 2e12  # --quick skips rows above this many FLOPs
@@ -36,9 +36,12 @@ MLA_SWEEP = [(64, 16, 1), (64, 32, 1), (64, 64, 1), (64, 128, 1), (64, 128, 2)] 
 METRICS = ("tflops", "time_us", "time_ms", "bandwidth_gbps")
 
 
-def simulate_kernel(kg: Any, hw: Any) -> KernelResult:
+def simulate_kernel(kg: Any, hw: Any, l2_dirty_bytes: float = 0.0) -> KernelResult:
     """The one kernel simulation of validation and calibration: at the clock the power limit sustains (the
-    clock a kernel of this work draws on the real part), as the prediction path runs it."""
+    clock a kernel of this work draws on the real part), as the prediction path runs it; `l2_dirty_bytes`: the
+    dirty L2 lines the row's timer leaves before the call (timing.l2_dirty_bytes)."""
+    if l2_dirty_bytes:
+        return simulate_sustained(kg, hw, l2_dirty_bytes=l2_dirty_bytes)
     return simulate_sustained(kg, hw)
 
 
@@ -149,11 +152,11 @@ def shape_of(r: Row) -> AttnShape | None:
     return AttnShape(int(p["batch"]), int(heads), int(p.get("heads_kv", heads)), int(seq), int(seq), int(d), causal)
 
 
-def _mla_envelope(hw: Any) -> Device:
+def _mla_envelope(hw: Any, dirty: float) -> Device:
     cands = []
     for batch, heads, sq in MLA_SWEEP:
         kgs = flash_mla(batch, heads, sq, 4096, hw)
-        t = sum(simulate_kernel(k, hw).time_s for k in kgs)
+        t = sum(simulate_kernel(k, hw, dirty).time_s for k in kgs)
         cands.append((t, float(kgs[0].flops), float(kgs[0].dram_bytes)))  # FlashMLA counts the main kernel's work
     return Device(f"{hw.name} flashmla peak (envelope)", tuple(cands), "best of sweep",
                   ("flashmla (peak)", "sweep kv 4096"), envelope=True)
@@ -163,10 +166,11 @@ def _attention(r: Row, hw: Any, quick: bool, cache: dict[str, Device] | None) ->
     if "flashmla" in r.workload.lower():
         if "sparse" in r.workload.lower() or r.dtype.lower().startswith("fp8"):
             return Skip("sparse / FP8-KV FlashMLA is not modelled")
-        key = f"mla:{hw.name}:{hw.numbers_hash()}"
+        dirty = l2_dirty_bytes(method_for(r)[0], hw)
+        key = f"mla:{hw.name}:{hw.numbers_hash()}:{dirty}"
         if cache is not None and key in cache:
             return cache[key]
-        dev = _mla_envelope(hw)
+        dev = _mla_envelope(hw, dirty)
         if cache is not None:
             cache[key] = dev
         return dev
@@ -175,7 +179,7 @@ def _attention(r: Row, hw: Any, quick: bool, cache: dict[str, Device] | None) ->
         return Skip(f"{r.workload[:60]} (shape not stated)")
     if quick and shape.flops() > QUICK_FLOPS:
         return Skip("quick", quiet=True)
-    res = simulate_kernel(attention(shape, hw, variant=var[0]), hw)
+    res = simulate_kernel(attention(shape, hw, variant=var[0]), hw, l2_dirty_bytes(method_for(r)[0], hw))
     dims = f"{shape.batch},{shape.heads_q},{shape.seq_q},{shape.head_dim}"
     return Device(f"{hw.name} {var[1]}", ((res.time_s, res.flops, res.dram_bytes),), res.bound, (var[1], dims))
 

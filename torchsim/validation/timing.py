@@ -27,12 +27,19 @@ class TimingMethod:
     name: str
     description: str
     gap_fields: tuple[str, ...]  # profile fields (seconds) the timer sees on top of the kernel's device time
+    # the timed kernel starts with L2 full of dirty lines (a flush that zeroes a buffer larger than L2 just before
+    # it): simulated with `l2_dirty_bytes` = the L2's size, their write-back competing with the kernel's traffic
+    l2_dirty: bool = False
 
 
 METHODS: dict[str, TimingMethod] = {m.name: m for m in (
     TimingMethod("device-profiler", "kernel device time only (nsys/ncu/kineto/CUPTI, in-kernel clocks)", ()),
     TimingMethod("cuda-events-loop", "CUDA events around each of N back-to-back eager launches: kernel time + the "
                  "eager back-to-back launch gap", ("launch_overhead_s",)),
+    TimingMethod("cuda-events-l2-zeroed", "triton.testing.do_bench: before each eager call a 256 MB buffer is "
+                 "zeroed (flushing L2 and leaving it full of dirty lines, whose write-back the kernel then pays), "
+                 "CUDA events around the call: kernel time with a dirty L2 + the eager back-to-back launch gap",
+                 ("launch_overhead_s",), l2_dirty=True),
     TimingMethod("cuda-graph", "CUDA-graph replay of N launches: kernel time + the graph's kernel-to-kernel gap",
                  ("graph_launch_overhead_s",)),
     TimingMethod("host-timer", "a host timer around one op: kernel time + host launch latency + synchronisation",
@@ -83,6 +90,11 @@ def gap_s(method: TimingMethod, hw: Any) -> tuple[float, dict[str, float | None]
         q = getattr(hw, name, None)
         parts[name] = None if q is None else float(q.value if hasattr(q, "value") else q)
     return sum(v for v in parts.values() if v is not None), parts
+
+
+def l2_dirty_bytes(method: TimingMethod, hw: Any) -> float:
+    """Dirty L2 bytes the timed kernel starts with under `method` (0 unless its flush writes)."""
+    return float(hw.l2_bytes.value) if method.l2_dirty and hasattr(hw, "l2_bytes") else 0.0
 
 
 def observed_time_s(device_time_s: float, method: TimingMethod, hw: Any) -> float:

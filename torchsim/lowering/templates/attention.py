@@ -31,6 +31,7 @@ from torchsim.lowering.templates.attention_config import (
     default_config,
     kv_span,
     mma_work_scale,
+    tmem_accumulators,
 )
 from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
 from torchsim.lowering.templates.prologue import add_prologue
@@ -52,10 +53,11 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
     rows = [((n, masked), (b, h, h // shape.group, m, *((first,) if window else ())))
             for b in range(shape.batch) for h in range(shape.heads_q) for m, (n, masked, first) in enumerate(spans)]
     classes = []
+    tmem = tmem_accumulators(cfg.variant, hw)
     for cr in group_ctas(rows, names, order=lambda key: -key[0]):
         n, masked = cr.key
         graph = write_cta(cfg, shape, n, masked, hw=hw, datapath_rows=datapath_rows(cfg.variant, hw),
-                          tmem_accumulators=hw.tmem_bytes_per_sm.value > 0, **window)
+                          tmem_accumulators=tmem, **window)
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
     v = cfg.variant.value
@@ -68,7 +70,9 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
                "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
                "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
                "dtype": shape.dtype.name.lower(), "query_blocks": mblocks,
-               **({"window": shape.binding_window} if shape.binding_window else {})},
+               **({"window": shape.binding_window} if shape.binding_window else {}),
+               # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
+               **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})},
     )
 
 
@@ -155,10 +159,13 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     No warp specialisation and no ping-pong: in each warp group S_j = Q K_j^T, its softmax (row max first,
     then exp2 beside the FMA work) and O += P_j V_j follow in program order (S_(j+1) may issue while P_j V_j
     still runs). Every iteration starts with cp.async.wait and a CTA barrier (the ring is shared by all
-    warps), so no group issues S_j before every group issued P_(j-1) V_(j-1): the groups run in step and
-    their softmaxes coincide instead of hiding under each other's MMAs. A ring slot is refilled once every
-    group's MMA that read it completed. O is written with ordinary stores after a layout change through
-    shared memory."""
+    warps), so no group issues S_j before every group issued P_(j-1) V_(j-1): the groups run in step. Nothing
+    staggers them (FlashAttention-3 adds its ping-pong named barriers because the warp schedulers do not by
+    themselves run one group's GEMMs while another runs its softmax: 570 -> 620 TFLOPS at d = 128, 8k; Shah
+    et al., arXiv:2407.08608 §3.1), so the groups' wgmmas of one phase interleave on the tensor cores and a
+    group's S_j is complete only when every group's is: their softmaxes coincide instead of hiding under each
+    other's MMAs. A ring slot is refilled once every group's MMA that read it completed. O is written with
+    ordinary stores after a layout change through shared memory."""
     b = w.b
     groups = cfg.warp_groups
     rows = cfg.bm // groups
@@ -189,6 +196,7 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     for i in range(n):
         if i + cfg.stages - 1 < n:
             load(i + cfg.stages - 1)
+        firsts: list[int] = []
         for g, wg in enumerate(wgs):
             qk[g, i] = w.mma(wg, rows, bn, w.head_dim, f"qk{g}[{i}]", (rows + bn) * w.head_dim * e)
             link(b, [*ks[i], qs[g] if i == 0 else -1], qk[g, i])
@@ -196,7 +204,12 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
                 if (c, i - 1) in pv:
                     b.order(pv[c, i - 1], qk[g, i])
             first, sm = w.softmax_chain(wg, rows, bn, f"{g}[{i}]", masked=i < masked)
-            link(b, qk[g, i], first)
+            # no ping-pong: the groups' wgmmas of one phase interleave on the tensor cores (each sub-core
+            # holds a warp of every group), so a group's S_j is complete only when every group's is
+            link(b, [qk[c, i] for c in range(g + 1)], first)
+            for c in range(g):  # ... and the earlier groups' softmaxes wait for this group's S_j too
+                b.data(qk[g, i], firsts[c])
+            firsts.append(first)
             link(b, pv.get((g, i - 1), -1), sm)  # acc * alpha needs the previous P V accumulated
             pv[g, i] = w.pv(wg, rows, bn, f"pv{g}[{i}]")
             link(b, [*vs[i], *sm], pv[g, i])

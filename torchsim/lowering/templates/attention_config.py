@@ -264,6 +264,13 @@ def datapath_rows(variant: AttnVariant, hw: GpuProfile) -> int:
     return 1 if variant is AttnVariant.FA2 else int(hw.tensor_datapath_rows.value)
 
 
+def tmem_accumulators(variant: AttnVariant, hw: GpuProfile) -> bool:
+    """Whether the variant's MMAs accumulate in TMEM on `hw` (tcgen05: FA3's sm100 adaptation, FA4) rather than
+    in the issuing warps' registers (FA2's mma.sync on any part, Triton's and FA3's wgmma on sm90). The engine
+    pairs the SFU with the tensor pipe only for register accumulators (GpuProfile.sfu_overlaps_tensor)."""
+    return variant in (AttnVariant.FA3, AttnVariant.FA4) and hw.tmem_bytes_per_sm.value > 0
+
+
 def mma_work_scale(variant: AttnVariant, hw: GpuProfile, dtype: DType) -> float:
     """How much longer than at `hw`'s tensor rate the variant's MMAs hold the tensor datapath: FA2 issues
     sm80's mma.sync, which runs at the profile's warp_mma_flop_per_clk_per_sm on every part (a quarter of
