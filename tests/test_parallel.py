@@ -222,3 +222,25 @@ def test_outputs_show_ranks_and_collectives(tmp_path: Path) -> None:
              and q.track_descriptor.name.endswith(("rank 0", "rank 1"))]
     assert len(procs) == 2
     assert report.stats.flows == len(coll)  # each collective: one arrow from rank 0 to rank 1
+
+
+def test_expert_parallel_with_data_parallel_attention() -> None:
+    full = _plan("mixtral-tiny", batch=1)  # one rank's share of a batch of 2
+    r0 = shard_plan(full, 1, "dgx-h100", ep=2, rank=0)
+    layer = [c for c in r0.calls if c.layer == 0]
+    kinds = [c.kind for c in layer]
+    g = [i for i, k in enumerate(kinds) if k is KernelKind.GROUPED_GEMM]
+    assert kinds[g[0] - 1] is KernelKind.COLLECTIVE and kinds[g[1] + 1] is KernelKind.COLLECTIVE  # dispatch, combine
+    assert {layer[g[0] - 1].p("op"), layer[g[1] + 1].p("op")} == {"all-to-all"}
+    fg = [c for c in full.calls if c.layer == 0 and c.kind is KernelKind.GROUPED_GEMM][0]
+    copies = sum(fg.p("tokens_per_expert"))
+    assert layer[g[0] - 1].p("nbytes") == copies * fg.p("k") * 2
+    # this rank's 4 experts see both ranks' tokens
+    assert layer[g[0]].p("tokens_per_expert") == tuple(2 * n for n in fg.p("tokens_per_expert")[:4])
+    assert not [c for c in r0.calls if c.kind is KernelKind.COLLECTIVE and c.p("op") == "all-reduce"]
+    dp = predict("mixtral-tiny", "h100-sxm", ep=2, batch=2, **STEP)
+    assert dp.ep == 2 and dp.tp == 1 and any("data-parallel attention" in a for a in dp.assumptions)
+    one = predict("mixtral-tiny", "h100-sxm", batch=2, **STEP)
+    assert dp.stats["weight_bytes"] < one.stats["weight_bytes"]  # half the experts per GPU
+    with pytest.raises(ValueError, match="not divisible over 2 ranks"):
+        predict("mixtral-tiny", "h100-sxm", ep=2, batch=3, **STEP)

@@ -21,7 +21,8 @@ already (attention is tensor-parallel), so a rank runs its experts' grouped GEMM
 (the real routing counts of its experts) and the block's all-reduce sums the ranks' partial outputs, as in the
 TP-within-expert layout. Ranks are no longer symmetric: `shard_plan(..., rank=r)` is rank r's plan, and the
 prediction takes, layer by layer, the slowest rank's MoE kernels (torchsim.prediction.pipeline). Expert
-parallelism with data-parallel attention (all-to-all dispatch and combine, DeepEP-style) is not modelled yet.
+parallelism with data-parallel attention (`tp` = 1, `ep` > 1: each rank its share of the batch, all-to-all
+dispatch and combine around the experts, DeepEP-style) is `_expert_dispatch`.
 
 A collective is a KernelCall of kind COLLECTIVE (op, nbytes per rank as nccl-tests counts them, ranks, the
 system's name), costed by torchsim.sim.collectives on the system's links. Symmetric ranks: one rank's plan
@@ -104,9 +105,11 @@ def _heads(plan: KernelPlan) -> dict[int | None, tuple[int, int, int]]:
 def shard_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int = 0) -> KernelPlan:
     """The kernels rank `rank` of `tp` tensor-parallel ranks runs for `plan`, with its collectives; `ep` = tp
     splits the MoE experts whole over the ranks instead of each expert's columns."""
+    if tp == 1 and ep > 1:
+        return _expert_dispatch(plan, ep, system, rank)
     if ep not in (1, tp):
         raise ParallelError(f"ep={ep} with tp={tp}: expert parallelism is modelled inside the tensor-parallel group "
-                            "(ep = tp); data-parallel attention with all-to-all expert dispatch is not modelled yet")
+                            "(ep = tp) or with data-parallel attention (tp = 1)")
     if not 0 <= rank < tp:
         raise ParallelError(f"rank {rank} is not one of the {tp} ranks")
     if tp == 1:
@@ -171,6 +174,37 @@ def shard_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int
         out.append(c)
     if pending is not None:
         out.append(_collective("all-reduce", pending[1], tp, system, pending[0]))
+    return replace(plan, calls=tuple(out))
+
+
+def _expert_dispatch(plan: KernelPlan, ep: int, system: str, rank: int) -> KernelPlan:
+    """Data-parallel attention + expert parallelism (DeepEP-style, as SGLang/vLLM run DeepSeek): `plan` is one
+    rank's share of the batch; every rank runs the whole model on it except the MoE experts, of which it holds
+    E / ep. Before an MoE block's experts an all-to-all sends each of the rank's token copies (top-k per token)
+    to the rank holding its expert, and after them a second one brings the results back (each nccl-tests'
+    all-to-all of the rank's copies x hidden). The rank's experts see every rank's tokens: `plan`'s routing
+    counts (its own tokens) times ep, as if every rank's tokens routed alike."""
+    if not 0 <= rank < ep:
+        raise ParallelError(f"rank {rank} is not one of the {ep} ranks")
+    out: list[KernelCall] = []
+    first = True  # the next grouped GEMM is a block's first (gate-up)
+    for c in plan.calls:
+        if c.kind is KernelKind.GROUPED_GEMM:
+            copies = sum(c.p("tokens_per_expert"))  # this rank's tokens x top-k
+            local = tuple(n * ep for n in _expert_slice(c, ep, rank))
+            if first:  # dispatch: the copies of the block's input (k = hidden) go to their experts' ranks
+                out.append(_collective("all-to-all", copies * c.p("k") * 2, ep, system, c))
+                out.append(_set(c, tokens_per_expert=local))
+            else:  # combine: the experts' outputs (n = hidden) come back
+                out.append(_set(c, tokens_per_expert=local))
+                out.append(_collective("all-to-all", copies * c.p("n") * 2, ep, system, c))
+            first = not first
+            continue
+        if c.kind is KernelKind.SILU_MUL and ".experts" in c.name:
+            grouped = next(x for x in reversed(out) if x.kind is KernelKind.GROUPED_GEMM)
+            out.append(_set(c, rows=sum(grouped.p("tokens_per_expert"))))
+            continue
+        out.append(c)
     return replace(plan, calls=tuple(out))
 
 

@@ -96,14 +96,17 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     _require_int("micro_batches", mb, minimum=1)
     if batch % mb:
         raise ValueError(f"batch {batch} is not divisible into {mb} micro-batches")
-    prof, system = _devices(hw, tp * pp)
+    dp = ep if tp == 1 and ep > 1 else 1  # expert parallelism with data-parallel attention: a batch share per rank
+    if (batch // mb) % dp:
+        raise ValueError(f"ep={ep} with tp=1 runs attention data-parallel: batch {batch // mb} (per micro-batch) is "
+                         f"not divisible over {dp} ranks")
+    prof, system = _devices(hw, max(tp, ep) * pp)
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
     ctx_len = _context(cfg)
-    if ep > 1 and not any(getattr(cfg, a, None) for a in ("experts", "num_local_experts", "num_experts",
-                                                           "n_routed_experts")):
+    if ep > 1 and not _has_experts(cfg):
         raise ValueError(f"ep={ep}: {name} has no MoE layers (expert parallelism splits the experts of MoE layers)")
     for what, start in (("prompt_len", prompt_len), ("kv_len", kv0)):
         if ctx_len and start + decode_steps > ctx_len:
@@ -118,11 +121,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     scenarios += [("decode", s, 1, kv0 + s) for s in samples]
     plans: list[KernelPlan] = []
     for _phase, _step, q, past in scenarios:
-        cap = capture_model(module, batch // mb, q, past)
+        cap = capture_model(module, batch // mb // dp, q, past)
         plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
                               kv_dtype)
         if ep > 1:
-            plan = _slowest_experts([shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(tp)], prof,
+            plan = _slowest_experts([shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)], prof,
                                     max_sim_events, workers, DiskCache() if cache else None)
         elif tp > 1:
             plan = shard_plan(plan, tp, system)
@@ -130,6 +133,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         plans.append(_tuned(plan) if tune else plan)
     t_plan = time.perf_counter()
     w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)) / (tp * pp)
+    if dp > 1:  # every rank holds the whole model but only 1/ep of the experts
+        experts = _expert_bytes(plans[-1])  # this rank's
+        w_bytes -= experts * (dp - 1) / pp
     warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
                                    allow=allow_oversubscribe, share=mb / pp)  # before any simulation
 
@@ -180,7 +186,13 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
           if pp > 1 else ()),
         *((f"expert parallel over the {ep} tensor-parallel ranks: each holds {ep}-th of the experts whole; every MoE "
            "layer costs its slowest rank's experts (from the routing counts), the other kernels rank 0's",)
-          if ep > 1 else ()),
+          if ep > 1 and dp == 1 else ()),
+        *((f"expert parallel over {ep} GPUs of {system} with data-parallel attention (DeepEP-style): each rank runs "
+           f"{batch // dp} of the {batch} sequences through the model and holds {ep}-th of the experts, which see "
+           "every rank's tokens (routed like this rank's); an all-to-all dispatches each token's top-k copies before "
+           "the experts and another combines them after (NCCL all-to-all cost); every MoE layer costs its slowest "
+           "rank's experts",)
+          if dp > 1 else ()),
         f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
         + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
            "contiguous KV cache in the model's dtype")
@@ -243,6 +255,21 @@ def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
 def _require_int(name: str, value: Any, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _has_experts(cfg: Any) -> bool:
+    """Whether a config has MoE layers (torchsim's Mixtral config, or an HF config's own expert count field)."""
+    import json
+
+    fields = ("experts", "num_local_experts", "num_experts", "n_routed_experts")
+    hf = json.loads(getattr(cfg, "hf_json", "{}") or "{}")
+    return any(getattr(cfg, a, None) or hf.get(a) for a in fields)
+
+
+def _expert_bytes(plan: KernelPlan) -> float:
+    """Weight bytes of the MoE experts a plan's grouped GEMMs read (each expert's n x k per GEMM)."""
+    return float(sum(len(c.p("tokens_per_expert")) * c.p("n") * c.p("k") * c.dtype.nbytes
+                     for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
 
 
 def _layers(cfg: Any) -> int:

@@ -168,7 +168,7 @@ class Prediction:
             params = f"{st['params'] / 1e9:,.2f} B" if st["params"] >= 1e9 else f"{st['params'] / 1e6:,.2f} M"
             wb = st["weight_bytes"]
             weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
-            per = " per GPU" if self.tp > 1 else ""
+            per = " per GPU" if max(self.tp, self.ep, self.pp) > 1 else ""
             lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{per}{kv}")
         mem = st.get("memory")
         if mem and mem.get("capacity_bytes"):
@@ -184,10 +184,12 @@ class Prediction:
                          f"stages {', '.join(f'{x * 1e3:.3f}' for x in part['stage_s'])} ms, send "
                          f"{part['send_s'] * 1e6:.1f} us, bubble {part['bubble']:.1%} of the "
                          f"{'decode step' if pipe['decode'] else 'prefill'}")
-        if self.tp > 1:
+        if max(self.tp, self.ep) > 1:
             step = self.step_kernels("decode", self.sampled_steps[0]) if self.decode_steps else []
             comm = [k for k in (step or self.step_kernels("prefill")) if k.kind == "collective"]
-            lines.insert(1, f"  tensor parallel over {self.tp} GPUs of {self.system} (one rank's kernels): "
+            how = (f"tensor parallel over {self.tp} GPUs" if self.tp > 1 else
+                   f"expert parallel over {self.ep} GPUs (data-parallel attention)")
+            lines.insert(1, f"  {how} of {self.system} (one rank's kernels): "
                          f"{len(comm)} collectives per {'decode step' if step else 'prefill'}, "
                          f"{sum(k.duration_us for k in comm):,.1f} us")
         if self.decode_steps:
