@@ -244,3 +244,26 @@ def test_expert_parallel_with_data_parallel_attention() -> None:
     assert dp.stats["weight_bytes"] < one.stats["weight_bytes"]  # half the experts per GPU
     with pytest.raises(ValueError, match="not divisible over 2 ranks"):
         predict("mixtral-tiny", "h100-sxm", ep=2, batch=3, **STEP)
+
+
+def test_faster_links_never_slower_slower_links_never_faster(tmp_path: Path) -> None:
+    def system(name: str, rate: str, raw: str = "") -> str:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'base = "dgx-h100"\nname = "{name}"\nlink_effective_bytes_per_s = "{rate}"\n'
+                        + (f'link_bytes_per_s = "{raw}"\n' if raw else ""))
+        return str(path)
+
+    step = dict(STEP, batch=8, prompt_len=256, decode_steps=1)  # 1 MiB all-reduces: the links' bandwidth counts
+    slow, mid, fast = (predict("llama-small", "h100-sxm", tp=4, system=system(name, rate, raw), **step)
+                       for name, rate, raw in (("slow", "2 GB/s", ""), ("mid", "10 GB/s", ""),
+                                               ("fast", "45 GB/s", "50 GB/s")))
+    base = predict("llama-small", "h100-sxm", tp=4, **step)
+
+    def comm(p):  # type: ignore[no-untyped-def]
+        return sum(k.duration_us for k in p.step_kernels("prefill") if k.kind == "collective")
+
+    assert comm(slow) > comm(mid) > comm(base) >= comm(fast)
+    assert slow.ttft_s > mid.ttft_s > base.ttft_s >= fast.ttft_s
+    assert slow.system.endswith("slow.toml")
+    with pytest.raises(ValueError, match="has h100-sxm GPUs; hw is 'b200'"):
+        predict("llama-small", "b200", tp=2, system="dgx-h100", **STEP)

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from torchsim.sim.policy import default_policy, policy_profile
 
-    hw = _system_device(args) or _grid_profile(args)
+    device = _system_device(args)
+    hw = device or _grid_profile(args)
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(approximated(args), policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
                        ep=args.ep, pp=args.pp, micro_batches=args.micro_batches,
-                       allow_oversubscribe=args.allow_oversubscribe,
+                       allow_oversubscribe=args.allow_oversubscribe, system=args.hw if device is not None else None,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile
@@ -138,11 +139,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _system_device(args: argparse.Namespace) -> Any:
     """`--hw` naming a multi-GPU system (dgx-h100, ...): one of its GPUs, for a run over `--tp` of them."""
-    from torchsim.hwmodels.systems import builtin_system, is_system
+    from torchsim.hwmodels.systems import get_system, is_system
 
-    if not is_system(args.hw) or args.hw.strip().lower().endswith(".toml"):
+    if not is_system(args.hw):
         return None
-    system = builtin_system(args.hw)
+    system = get_system(args.hw.strip())  # a built-in system or a what-if file based on one
     if args.tp == 1:
         raise UsageError(f"--hw {args.hw} is a system of {system.devices} GPUs: pass --tp N (2..{system.devices}) to "
                          f"split the model over N of its GPUs, or --hw {system.device.name} for one GPU")

@@ -196,6 +196,8 @@ def _disk_key(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> st
 
 
 def _from_disk(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> bool:
+    if call.kind is KernelKind.COLLECTIVE:  # costed in microseconds; a what-if system file may have changed
+        return False
     hit = disk.get(_disk_key(disk, call, hw, max_events), Launches)
     if hit is not None:
         _MEMO[memo_key(call, hw, max_events)] = hit.launches
@@ -204,7 +206,7 @@ def _from_disk(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> b
 
 def _store(call: KernelCall, hw: Any, max_events: int, sims: tuple[KernelSim, ...], disk: DiskCache | None) -> None:
     _MEMO[memo_key(call, hw, max_events)] = sims
-    if disk is not None:
+    if disk is not None and call.kind is not KernelKind.COLLECTIVE:
         disk.put(_disk_key(disk, call, hw, max_events), Launches(sims))
 
 

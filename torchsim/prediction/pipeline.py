@@ -42,7 +42,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
             exact: bool = False, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
-            allow_oversubscribe: bool = False) -> Prediction:
+            allow_oversubscribe: bool = False, system: str | None = None) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -58,8 +58,10 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     of valid configurations, the default among them) instead of the one-shot heuristic.
     `tp` > 1 splits the model Megatron-style over `tp` GPUs of a multi-GPU system (torchsim.lowering.parallel:
     one rank's kernels and its all-reduces/all-gathers, costed on the system's links): `hw` is then a GPU profile
-    (its 8-GPU system is taken, e.g. dgx-h100 for h100-sxm) or a system name. `ep` = `tp` splits MoE experts
-    whole over the ranks (vLLM's --enable-expert-parallel); each MoE layer then costs its slowest rank's experts.
+    (its 8-GPU system is taken, e.g. dgx-h100 for h100-sxm) or a system name; `system` names the system (a
+    built-in one or a what-if `.toml` based on one, whose links it changes) for a profile `hw`. `ep` = `tp`
+    splits MoE experts whole over the ranks (vLLM's --enable-expert-parallel); each MoE layer then costs its
+    slowest rank's experts.
     `pp` > 1 splits the layers into `pp` pipeline stages (each on its own `tp` GPUs) and runs the batch as
     `micro_batches` (default min(pp, batch)) micro-batches through them, GPipe-style, every step: the step takes
     the first micro-batch's trip through every stage and its activation sends, plus (micro_batches - 1) times
@@ -100,7 +102,13 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if (batch // mb) % dp:
         raise ValueError(f"ep={ep} with tp=1 runs attention data-parallel: batch {batch // mb} (per micro-batch) is "
                          f"not divisible over {dp} ranks")
-    prof, system = _devices(hw, max(tp, ep) * pp)
+    if system is not None:  # the GPU profile `hw` in the system (or what-if system file) named
+        device, system = _devices(system, max(tp, ep) * pp)
+        prof = _profile(hw)
+        if str(prof.name).split("+")[0] != device.name:
+            raise ValueError(f"system {system!r} has {device.name} GPUs; hw is {prof.name!r}")
+    else:
+        prof, system = _devices(hw, max(tp, ep) * pp)
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
@@ -283,7 +291,7 @@ def _pipelined(lm: LaunchModel, launched: Sequence[tuple[KernelCall, KernelSim]]
         return None
     if layers < pp:
         raise ValueError(f"pp={pp} stages need at least {pp} layers; the model has {layers}")
-    from torchsim.hwmodels.systems import builtin_system
+    from torchsim.hwmodels.systems import get_system
     from torchsim.sim.collectives import collective_cost
 
     per: list[list[KernelSim]] = [[] for _ in range(pp)]
@@ -294,7 +302,7 @@ def _pipelined(lm: LaunchModel, launched: Sequence[tuple[KernelCall, KernelSim]]
         if c.kind is KernelKind.ADD_RMSNORM or c.kind is KernelKind.RMSNORM:  # the residual stream's width
             send_bytes = max(send_bytes, c.p("rows") * c.p("hidden") * 2)
     stage_s = [lm.place(ss)[1] for ss in per]
-    send = collective_cost("all-to-all", builtin_system(system), 2, 2 * max(send_bytes, 1)).time_s  # p2p, each way
+    send = collective_cost("all-to-all", get_system(system), 2, 2 * max(send_bytes, 1)).time_s  # p2p, each way
     step = sum(stage_s) + (pp - 1) * send + (mb - 1) * max(stage_s)
     busy = mb * sum(stage_s)  # stage-seconds of work in the step
     return {"step_s": step, "stage_s": stage_s, "send_s": send, "micro_batches": mb,
@@ -324,13 +332,14 @@ def _slowest_experts(ranks: Sequence[KernelPlan], prof: Any, max_events: int, wo
 
 def _devices(hw: Any, ranks: int) -> tuple[Any, str]:
     """The device profile and, for ranks > 1 (tp x pp GPUs), the name of the multi-GPU system it runs in."""
-    from torchsim.hwmodels.systems import builtin_system, is_system, system_for
+    from torchsim.hwmodels.systems import builtin_system, get_system, is_system, system_for
 
-    if isinstance(hw, str) and is_system(hw) and not hw.strip().lower().endswith(".toml"):
-        system = builtin_system(hw)
+    if isinstance(hw, str) and is_system(hw):  # a built-in system, or a what-if file based on one
+        what_if = hw.strip().lower().endswith(".toml")
+        system = get_system(hw.strip()) if what_if else builtin_system(hw)
         if ranks > system.devices:
             raise ValueError(f"tp x pp = {ranks} GPUs; {system.name} has {system.devices}")
-        return system.device, system.name
+        return system.device, str(Path(hw.strip()).resolve()) if what_if else system.name
     prof = _profile(hw)
     if ranks == 1:
         return prof, ""
