@@ -12,9 +12,9 @@ leave-one-source-out figures. Not a pass/fail test: a report.
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
+
+from validation_args import kernel_parser  # benchmarks/validation_args.py
 
 from torchsim.validation.predict_row import Prediction, Skip, predict
 from torchsim.validation.published import rows
@@ -22,13 +22,7 @@ from torchsim.validation.report import finish
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--csv", type=Path, default=None)
-    ap.add_argument("--quick", action="store_true", help="skip rows above 2e12 FLOPs")
-    ap.add_argument("--loso", action="store_true", help="add the fitted and leave-one-source-out MAPE")
-    ap.add_argument("--loso-params", default="launch_overhead_s,graph_launch_overhead_s",
-                    help="parameters --loso fits per profile (default: the launch gaps, which cost no simulation; "
-                    "add dram_bytes_per_s to fit the DRAM efficiency too, a few simulations per row)")
+    ap = kernel_parser(__doc__)
     args = ap.parse_args()
     preds: list[Prediction] = []
     print(f"{'id':<9} {'profile':<9} {'dtype':<9} {'layout':<10} {'groups x M x N x K':<24} {'metric':<7} "

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchsim.cli import UsageError, approximated, int_in
+from torchsim.cli.options import add_parallel_options
 from torchsim.cli.outputs import add_output_options, write_prediction_outputs
 from torchsim.exports.adapt import kernel_detail
 from torchsim.exports.from_prediction import prediction_records
@@ -37,18 +38,8 @@ def register(sub: Any) -> None:
     p.add_argument("--batch", type=int_in(1, 1 << 16), default=1, help="sequences per step (default 1)")
     p.add_argument("--preset", default="serving", choices=("serving", "eager"), help="kernel fusion preset")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
-    p.add_argument("--tp", type=int_in(1, 64), default=1,
-                   help="tensor-parallel GPUs on each profile's 8-GPU system (default 1)")
-    p.add_argument("--ep", type=int_in(1, 64), default=1,
-                   help="expert-parallel ranks: MoE experts split whole over the --tp ranks (ep = tp; default 1: "
-                        "each expert's columns split)")
-    p.add_argument("--pp", type=int_in(1, 64), default=1,
-                   help="pipeline stages (contiguous layers, each on --tp GPUs; default 1)")
-    p.add_argument("--micro-batches", type=int_in(1, 1 << 16), default=None,
-                   help="micro-batches per step through the pipeline stages (default min(pp, batch))")
-    p.add_argument("--allow-oversubscribe", action="store_true",
-                   help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
-                        "instead of an error)")
+    add_parallel_options(p, tp_help="tensor-parallel GPUs on each profile's 8-GPU system (default 1; an --hw item "
+                                    "NAME:tpN sets its own)")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--approximate", action="store_true",

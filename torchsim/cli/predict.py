@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from torchsim.cli import UsageError, approximated, int_in
+from torchsim.cli.options import add_parallel_options
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
 
@@ -45,19 +46,8 @@ def register(sub: Any) -> None:
     p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
                    help="KV-cache dtype (default: the model dtype; fp8 halves K/V bytes in decode attention)")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
-    p.add_argument("--tp", type=int_in(1, 64), default=1,
-                   help="tensor-parallel GPUs (Megatron splits + NCCL collectives on the GPU's 8-GPU system, or on "
-                        "the system --hw names, e.g. dgx-h100; default 1)")
-    p.add_argument("--ep", type=int_in(1, 64), default=1,
-                   help="expert-parallel ranks: MoE experts split whole over the --tp ranks (ep = tp; default 1: "
-                        "each expert's columns split)")
-    p.add_argument("--pp", type=int_in(1, 64), default=1,
-                   help="pipeline stages (contiguous layers, each on --tp GPUs; default 1)")
-    p.add_argument("--micro-batches", type=int_in(1, 1 << 16), default=None,
-                   help="micro-batches per step through the pipeline stages (default min(pp, batch))")
-    p.add_argument("--allow-oversubscribe", action="store_true",
-                   help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
-                        "instead of an error)")
+    add_parallel_options(p, tp_help="tensor-parallel GPUs (Megatron splits + NCCL collectives on the GPU's 8-GPU "
+                                    "system, or on the system --hw names, e.g. dgx-h100; default 1)")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--tune", action="store_true",

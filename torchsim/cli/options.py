@@ -1,0 +1,22 @@
+"""Command-line options more than one command shares (the only place besides the commands that declares them)."""
+
+from __future__ import annotations
+
+import argparse
+
+from torchsim.cli import int_in
+
+
+def add_parallel_options(p: argparse.ArgumentParser, *, tp_help: str) -> None:
+    """--tp, --ep, --pp, --micro-batches and --allow-oversubscribe (predict, compare)."""
+    p.add_argument("--tp", type=int_in(1, 64), default=1, help=tp_help)
+    p.add_argument("--ep", type=int_in(1, 64), default=1,
+                   help="expert-parallel GPUs: MoE experts split whole, over the --tp ranks (ep = tp) or with "
+                        "data-parallel attention (no --tp; default 1: each expert's columns split)")
+    p.add_argument("--pp", type=int_in(1, 64), default=1,
+                   help="pipeline stages (contiguous layers, each on --tp GPUs; default 1)")
+    p.add_argument("--micro-batches", type=int_in(1, 1 << 16), default=None,
+                   help="micro-batches per step through the pipeline stages (default min(pp, batch))")
+    p.add_argument("--allow-oversubscribe", action="store_true",
+                   help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
+                        "instead of an error)")
