@@ -107,6 +107,29 @@ def test_deepgemm_config_follows_its_selection_rules() -> None:
         deepgemm_config(4096, 4096, 4096, DType.BF16, hw)
 
 
+def test_deepgemm_small_m_runs_its_one_math_warp_group_kernel() -> None:
+    """M <= 64: DeepGEMM's BLOCK_M 64 kernel (a TMA warp group + one math warp group, fp8_gemm.cuh
+    get_num_threads_per_sm), BLOCK_N by the same waves rule, the deep pipeline; it never beats the roofline."""
+    from dataclasses import replace
+
+    from torchsim.lowering.templates.gemm_config import deepgemm_config
+    hw = get_profile("h100-sxm")
+    cfg = deepgemm_config(64, 2112, 7168, DType.FP8_E4M3, hw)
+    assert (cfg.bm, cfg.bn, cfg.pipeline, cfg.consumers, cfg.threads()) == (64, 16, Pipeline.WS_COOPERATIVE, 1, 256)
+    assert cfg.stages > 2 and cfg.smem_bytes(DType.FP8_E4M3) <= hw.smem_per_cta_bytes.value
+    kg = gemm(64, 2112, 7168, DType.FP8_E4M3, hw, cfg)
+    names = kg.classes[0].graph.node_names
+    assert any(nm.startswith("mma0[") for nm in names) and not any(nm.startswith("mma1[") for nm in names)
+    res = simulate(kg, hw)
+    t = res.cycles / hw.clock_hz_value
+    assert t >= 2.0 * 64 * 2112 * 7168 / hw.peak_tensor_flops_per_s(DType.FP8_E4M3)
+    assert t >= 2112 * 7168 / float(hw.dram_peak_bytes_per_s.value)  # the FP8 weight is read once at least
+    with pytest.raises(ValueError, match="ws-pingpong splits the tile"):
+        replace(cfg, pipeline=Pipeline.WS_PINGPONG)
+    with pytest.raises(ValueError, match="ws-cooperative runs one consumer"):
+        replace(cfg, bm=32)
+
+
 def test_deepgemm_block_scales_sync_both_math_warp_groups_per_tile() -> None:
     from dataclasses import replace
 

@@ -43,6 +43,8 @@ PARAMS: dict[str, Param] = {p.field: p for p in (
     Param("launch_overhead_s", "linear", 0.0, 10e-6, False, "back-to-back eager launch gap (s)"),
     Param("graph_launch_overhead_s", "linear", 0.0, 5e-6, False, "kernel-to-kernel gap in a CUDA graph (s)"),
     Param("host_sync_overhead_s", "linear", 0.0, 20e-6, False, "host launch + synchronisation of one timed op (s)"),
+    Param("kernel_trace_overhead_s", "linear", 0.0, 10e-6, False,
+          "per-kernel floor of a kernel-serialising CUPTI tracer (s)"),
     Param("cta_launch_cycles", "linear", 0.0, 2000.0, True, "CTA dispatch and prologue (cycles)"),
     Param("tma_latency_cycles", "linear", 0.0, 1000.0, True, "fixed TMA cost beyond the memory path (cycles)"),
     # power-limited sustained clock (joins when the profiles carry these fields)

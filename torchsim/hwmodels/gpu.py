@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
 
@@ -110,6 +110,13 @@ class GpuProfile:
     # wgmma/tcgen05 rate of the tensor_*_flop_per_clk_per_sm fields. Templates issuing mma.sync scale their
     # MMA work by tensor rate / this rate (the time the instruction holds the tensor datapath).
     warp_mma_flop_per_clk_per_sm: Quantity
+    # -- a timer's own cost (torchsim issue 12, validation timing methods) -------------------------------------
+    # What a profiler that serialises kernels (CUPTI_ACTIVITY_KIND_KERNEL: 'all kernel executions are serialized
+    # on the GPU', cupti_activity.h) adds to each kernel's recorded duration on this part. Only the comparison reads
+    # it (torchsim.validation.timing, method 'cupti-serialised'); the engine and predictions never do.
+    kernel_trace_overhead_s: Quantity = field(default_factory=lambda: assumed(
+        0.0, "s", "assumed: no measurement of a kernel-serialising tracer's floor on this part (no published row "
+        "of it is timed with one)"))
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -217,6 +224,20 @@ def small_kernel_gap(period_s: float, source: str, kernel_s: float, what: str) -
     that gap + simulated kernel = the measured period."""
     return derived(round(period_s - kernel_s, 9), "s", f"{source}: {what} period {period_s * 1e6:.2f} us/kernel "
                    f"(fit intercept) less the simulated 64 KB kernel ({kernel_s * 1e6:.2f} us)")
+
+
+XLA_PTABLE_TOOL = ("XLA's matmul perf-table tool (xla/tools/matmul_perf_table_gen.cc: the median over its runs of "
+                   "each kernel's CUPTI duration; xla/service/gpu/model/hlo_op_profiler.cc enables "
+                   "CUPTI_ACTIVITY_KIND_KERNEL, which serialises kernels)")
+
+
+def kernel_trace_overhead(floor_s: float, entry: str, kernel_s: float) -> Quantity:
+    """What a kernel-serialising tracer adds per kernel: the floor it records for a GEMM that does almost nothing
+    (the smallest entries of XLA's perf table, which the published rows come from but are not among them) less
+    what torchsim simulates for that GEMM (default tiles, at the sustained clock; tests/test_fixed_costs.py checks
+    the two still add up), as small_kernel_gap does for the launch gaps."""
+    return derived(round(floor_s - kernel_s, 9), "s", f"{XLA_PTABLE_TOOL}: {entry} -> {floor_s * 1e6:.2f} us, less "
+                   f"the simulated kernel ({kernel_s * 1e6:.2f} us)")
 
 
 POWER_NOTES = "power.md (torchsim research notes on power/DVFS)"
@@ -388,6 +409,10 @@ h100_sxm = replace(
                                     "at mlops.substack.com/p/one-megakernel-to-rule-llama-1b) less the simulated "
                                     "0.68 us kernel; agrees with H200's 1.27 us (" + GPU_BENCHES +
                                     " gpu-small-kernels/h200_graph.txt)"),
+    kernel_trace_overhead_s=kernel_trace_overhead(
+        5.856e-6, "tensorflow/tensorflow third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h @ "
+        "372d578bb861cc5804e56d37d93aec931a59762c, key sm_90, its smallest entries 512x256x256 and 256x512x256 bf16 "
+        "(67 MFLOP at 11.46 TFLOPS each; 256x1024x256 takes 5.92 us)", 3.646e-6),
     # -- warp-level MMA --
     warp_mma_flop_per_clk_per_sm=measured(2048, "FLOP/clk/SM", "half the wgmma peak: WMMA (HMMA.16816, as "
                                           "mma.sync) alone 'goes only up to 50% of peak theoretical FP16 compute "
@@ -505,6 +530,10 @@ b200 = replace(
                               "lessons', implies more, ~4.3 us, but includes the synchronisation)"),
     graph_launch_overhead_s=assumed(0.60e-6, "s", "assumed: H200's gap under CUDA graphs (no B200 back-to-back "
                                     "data; the same blog's graph replay implies ~1.8 us including the sync)"),
+    kernel_trace_overhead_s=kernel_trace_overhead(
+        4.960e-6, "ROCm/xla xla/service/gpu/model/matmul_interpolator_data.h @ "
+        "63ce2981d3f46d47fb25509a2d257f428f3dd275, key sm_100_B200, its smallest entry 256x256x256 bf16 (34 MFLOP at "
+        "6.77 TFLOPS)", 3.950e-6),
     # -- warp-level MMA: sm80's mma.sync on sm100 is not tcgen05; it issues one HMMA.16816 (4096 FLOP) per
     # sub-partition every ~8 cycles, A100's per-SM rate and a quarter of tcgen05's --
     warp_mma_flop_per_clk_per_sm=derived(2048, "FLOP/clk/SM", "4 sub-partitions x 4096 FLOP per HMMA.16816 / 8 "

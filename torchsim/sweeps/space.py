@@ -23,7 +23,7 @@ from torchsim.lowering.kernel_call import KernelCall
 from torchsim.prediction.kernel_sim import DEFAULT_MAX_SIM_EVENTS, KernelSim, merged
 
 # profile fields a kernel simulation never reads: points differing only here share every kernel simulation
-LAUNCH_ONLY = frozenset({"launch_overhead_s", "graph_launch_overhead_s", "dram_bytes"})
+LAUNCH_ONLY = frozenset({"launch_overhead_s", "graph_launch_overhead_s", "dram_bytes", "kernel_trace_overhead_s"})
 EVENTS_PER_S = 40_000.0  # measured: node executions per second per worker incl. graph building (2-core box)
 CONFIRM_ABOVE_S = 3600.0  # sweeps estimated to take longer need --yes
 CONFIRM_ABOVE_POINTS = 1000  # and so do sweeps of more points (each a row, a profile, a launch placement)

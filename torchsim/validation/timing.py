@@ -44,6 +44,9 @@ METHODS: dict[str, TimingMethod] = {m.name: m for m in (
                  ("graph_launch_overhead_s",)),
     TimingMethod("host-timer", "a host timer around one op: kernel time + host launch latency + synchronisation",
                  ("launch_overhead_s", "host_sync_overhead_s")),
+    TimingMethod("cupti-serialised", "each kernel's duration from a CUPTI tracer that serialises kernels "
+                 "(CUPTI_ACTIVITY_KIND_KERNEL): kernel time + the tracer's per-kernel floor",
+                 ("kernel_trace_overhead_s",)),
     TimingMethod("e2e-serving", "end-to-end serving run: the serving model carries its own launch model", ()),
 )}
 

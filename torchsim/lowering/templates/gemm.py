@@ -159,10 +159,12 @@ def _naive(w: GemmWriter, kts: tuple[int, ...]) -> None:
 
 def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
     """Producer WG issues TMA; two consumer WGs split each tile by rows (CUTLASS KernelTmaWarpSpecialized-
-    Cooperative). With `WS_3STAGE` a third consumer-side WG runs the epilogue so the mainloop never stops."""
+    Cooperative). With `WS_3STAGE` a third consumer-side WG runs the epilogue so the mainloop never stops. A
+    64-row tile has one consumer WG (one wgmma M; CUTLASS KernelTmaWarpSpecialized, DeepGEMM's BLOCK_M 64)."""
     b, cfg = w.b, w.cfg
     producer = b.group("producer", 0, 4, role="tma")
-    consumers = [b.group(f"consumer{c}", 4 + 4 * c, 4, role="mma") for c in range(2)]
+    parts = cfg.consumers
+    consumers = [b.group(f"consumer{c}", 4 + 4 * c, 4, role="mma") for c in range(parts)]
     three = cfg.pipeline is Pipeline.WS_3STAGE
     epi_group = b.group("epilogue", 12, 4, role="epilogue") if three else -1
     split = cfg.split_k > 1
@@ -179,10 +181,10 @@ def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
         scales = [w.scales_b(cg, t, kt) for cg in consumers] if cfg.block_scales and w.promotes else []
         stores = []
         for c, cg in enumerate(consumers):
-            prev_mma = _consumer_mainloop(w, cg, c, t, stage_loads, g, after=scales)
+            prev_mma = _consumer_mainloop(w, cg, c, t, stage_loads, g, after=scales, rows=cfg.bm // parts)
             lasts.append(prev_mma)
             if not three:
-                stores.append(w.epilogue_nodes(cg, t, cfg.bm // 2, c, 2, [prev_mma], split=split)[1])
+                stores.append(w.epilogue_nodes(cg, t, cfg.bm // parts, c, parts, [prev_mma], split=split)[1])
         if scales and len(stores) == 2 and cfg.order_edges:  # DeepGEMM stores the tile once both staged it
             b.data(w.last_sts[consumers[1]], stores[0])
             b.data(w.last_sts[consumers[0]], stores[1])
@@ -192,12 +194,12 @@ def _cooperative(w: GemmWriter, kts: tuple[int, ...]) -> None:
 
 
 def _consumer_mainloop(w: GemmWriter, cg: int, c: int, t: int, stage_loads: list[list[int]], g: int,
-                       token: int = -1, after: list[int] | None = None) -> int:
-    """One consumer warp group's wgmma loop over a tile (half): each MMA waits for its stage's loads; with
-    wgmma.wait<1> the previous stage is released once its MMA completed. `token`: an MMA of the other consumer
-    that must have issued before this mainloop starts (ping-pong). Returns the last MMA."""
+                       token: int = -1, after: list[int] | None = None, rows: int | None = None) -> int:
+    """One consumer warp group's wgmma loop over its `rows` of a tile (default: half): each MMA waits for its
+    stage's loads; with wgmma.wait<1> the previous stage is released once its MMA completed. `token`: an MMA of
+    the other consumer that must have issued before this mainloop starts (ping-pong). Returns the last MMA."""
     b, cfg = w.b, w.cfg
-    rows = cfg.bm // 2
+    rows = rows or cfg.bm // 2
     prev = -1
     for i, loads in enumerate(stage_loads):
         mma = w.mma(cg, rows, cfg.bn, f"mma{c}[t{t},k{i}]")

@@ -79,9 +79,13 @@ class GemmConfig:
                 raise ValueError(f"GEMM config field {name} must be > 0, got {getattr(self, name)}")
         if self.bn % self.b_split:
             raise ValueError(f"GEMM config: bn={self.bn} is not divisible by b_split={self.b_split}")
-        if self.pipeline in (Pipeline.WS_COOPERATIVE, Pipeline.WS_3STAGE, Pipeline.WS_PINGPONG) and self.bm < 128:
+        if self.pipeline in (Pipeline.WS_3STAGE, Pipeline.WS_PINGPONG) and self.bm < 128:
             raise ValueError(f"GEMM variant {self.pipeline.value} splits the tile over two consumer warp "
-                             f"groups and needs bm >= 128 (got {self.bm}); use naive-2stage for bm=64")
+                             f"groups and needs bm >= 128 (got {self.bm}); use naive-2stage or ws-cooperative "
+                             f"(one consumer warp group) for bm=64")
+        if self.pipeline is Pipeline.WS_COOPERATIVE and self.bm < 128 and self.bm != 64:
+            raise ValueError(f"GEMM variant ws-cooperative runs one consumer warp group per 64 rows of a bm=64 tile "
+                             f"or two splitting bm >= 128, got bm={self.bm}")
 
     def smem_bytes(self, dtype: DType) -> int:
         a = self.bm * self.bk
@@ -91,9 +95,17 @@ class GemmConfig:
         epi = self.bm * self.bn * 2 if self.pipeline is not Pipeline.SM80_MULTISTAGE else 0
         return int((a + b) * dtype.nbytes * self.stages + epi)
 
+    @property
+    def consumers(self) -> int:
+        """Consumer (math) warp groups of a warp-specialised sm90 kernel: one for a 64-row tile (one wgmma M),
+        two splitting the rows of a larger tile."""
+        return 1 if self.bm < 128 else 2
+
     def threads(self) -> int:
         if self.pipeline is Pipeline.SM80_MULTISTAGE:
             return 32 * self.warps
+        if self.pipeline is Pipeline.WS_COOPERATIVE:
+            return 128 * (1 + self.consumers)
         if self.pipeline is Pipeline.NAIVE_2STAGE:
             return 128
         if self.pipeline is Pipeline.WS_3STAGE:
@@ -151,24 +163,24 @@ def fit_config(cfg: GemmConfig, m: int, n: int, k: int, dtype: DType, hw: GpuPro
 # deepseek-ai/DeepGEMM 55ab91f, the commit of its published performance table): BLOCK_K 128, BLOCK_M 64 for
 # M <= 64 else 128, BLOCK_N from 16..128 (step 8), 144, 160; the pipeline as deep as the 232448-byte sm90 shared
 # memory allows (8..4 stages, with the output staging tile); TMA multicast 2 when M >= 512 and the shape allows.
+# Its kernel (deep_gemm/include/deep_gemm/fp8_gemm.cuh, get_num_threads_per_sm) runs one TMA warp group and one
+# math warp group per 64 rows of BLOCK_M: one for BLOCK_M 64, two for 128 (ws-cooperative here).
 DEEPGEMM_BLOCK_NS = tuple(range(16, 129, 8)) + (144, 160)
 DEEPGEMM_SMEM = 232448
 
 
 def deepgemm_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, groups: int = 1) -> GemmConfig:
     """The configuration DeepGEMM picks for an FP8 GEMM (or `groups` masked/contiguous grouped GEMMs): fewest
-    waves, then the fullest last wave, then the smaller BLOCK_N; the deepest pipeline that fits. Its BLOCK_M 128
-    kernel is a persistent TMA producer warp group + two math warp groups (ws-cooperative); M <= 64 keeps the
-    default configuration. DeepGEMM multicasts A or B, whichever side is legal first; the template shares B only,
-    so a multicast of either side is modelled as B's (the same L2 saving for the similar A and B tiles that
-    BLOCK_N ~ BLOCK_M gives)."""
+    waves, then the fullest last wave, then the smaller BLOCK_N; the deepest pipeline that fits. Its kernel is a
+    persistent TMA producer warp group + one math warp group per 64 rows (ws-cooperative: two for BLOCK_M 128,
+    one for BLOCK_M 64, which it picks for M <= 64). DeepGEMM multicasts A or B, whichever side is legal first;
+    the template shares B only, so a multicast of either side is modelled as B's (the same L2 saving for the
+    similar A and B tiles that BLOCK_N ~ BLOCK_M gives)."""
     if hw.arch is not Arch.SM90 or not dtype.is_fp8:
         raise ValueError(f"deepgemm_config: DeepGEMM's sm90 FP8 kernels need an sm90 profile and an FP8 dtype, got "
                          f"{hw.name} ({hw.arch.value}) and {dtype.name}")
-    if m <= 64:  # DeepGEMM's 64-row kernel (a producer + one math warp group) has no template of its own here:
-        return default_config(m, n, k, dtype, hw)  # the default small-M tiles on the naive 2-stage kernel stand in
     sms = hw.sms
-    bm = 128
+    bm = 64 if m <= 64 else 128
 
     def waves(bn: int) -> tuple[int, int]:
         tiles = math.ceil(m / bm) * math.ceil(n / bn) * groups
