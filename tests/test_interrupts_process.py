@@ -58,7 +58,11 @@ def _check_stopped(proc: subprocess.Popen[str], sig: int, out: Path) -> None:
     assert proc.returncode == code, stderr[-2000:]
     lines = [ln for ln in stderr.splitlines() if ln.strip() and ln.strip() != "WRITING"]
     assert word in lines[-1], stderr[-2000:]
-    assert took < 5.0, f"stopped {took:.1f} s after the signal"
+    from torchsim.cli import STOP_WITHIN_S
+
+    # the watchdog ends the command STOP_WITHIN_S after the signal at the latest; 1 s for a loaded machine to
+    # schedule the exit and the pipe's close (seen: 5.2 s on a 2-core box running four other jobs)
+    assert took < STOP_WITHIN_S + 1.0, f"stopped {took:.1f} s after the signal"
     assert out.read_bytes() == OLD
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temporary file left
     assert _session_gone(proc.pid, 10.0), "a process of the command's session is still running"
