@@ -51,6 +51,10 @@ class DecoderConfig:
     name: str = "decoder"
     # config.json fields torchsim does not model, accepted with approximate=True (models.config_fields)
     approximations: tuple[str, ...] = ()
+    # the weight format a config's quantization_config names (torchsim.lowering.quant; "" = the model's dtype) and
+    # the module-path patterns it leaves unquantised (modules_to_not_convert)
+    quant: str = ""
+    quant_keep: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f, limit in _SIZE_LIMITS.items():
@@ -120,10 +124,10 @@ class DecoderConfig:
         """Build from a dict using HF `config.json` keys; missing required keys are named in one error, and so
         are fields that change the computation but torchsim does not model, unless `approximate`
         (models.config_fields)."""
-        from torchsim.models.config_fields import screen_fields
+        from torchsim.models.config_fields import quant_of, screen_fields
 
         name = cls.family.lower() if name is None else name
-        own = [f.name for f in fields(cls) if f.name not in ("name", "approximations")]
+        own = [f.name for f in fields(cls) if f.name not in ("name", "approximations", "quant", "quant_keep")]
         required = [f.name for f in fields(cls) if f.default is MISSING]
         optional = sorted(f.name for f in fields(cls) if f.default is not MISSING and f.name in own)
         data = dict(data)
@@ -138,7 +142,8 @@ class DecoderConfig:
         kwargs = {k: data[k] for k in own if k in data}
         if kwargs.get("head_dim") is None:
             kwargs.pop("head_dim", None)
-        return cls(name=name, approximations=notes, **kwargs)
+        quant, keep = quant_of(data)
+        return cls(name=name, approximations=notes, quant=quant, quant_keep=keep, **kwargs)
 
 
 def weight_bytes(cfg: DecoderConfig, bytes_per_element: float) -> float:

@@ -159,7 +159,8 @@ class Prediction:
             params = f"{st['params'] / 1e9:,.2f} B" if st["params"] >= 1e9 else f"{st['params'] / 1e6:,.2f} M"
             wb = st["weight_bytes"]
             weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
-            lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{kv}")
+            fmt = f" in {st['quant']}" if st.get("quant") else ""  # a quantised format (lowering.quant)
+            lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{fmt}{kv}")
         if self.decode_steps:
             lines.append(f"  TPOT   {self.tpot_s * 1e3:10.3f} ms   ({len(self.step_kernels('decode'))} kernels/step; "
                          f"{self.floor_ratio():.2f}x the HBM floor of weights + KV)")
