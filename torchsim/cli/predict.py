@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, approximated, int_in
+from torchsim.cli import UsageError, add_quant_option, approximated, int_in
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
 
@@ -44,6 +44,7 @@ def register(sub: Any) -> None:
                    help="checkpoint precision: fp8 runs the decoder-layer GEMMs in FP8 E4M3 (default bf16)")
     p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
                    help="KV-cache dtype (default: the model dtype; fp8 halves K/V bytes in decode attention)")
+    add_quant_option(p)
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     p.add_argument("--fallback", default=None, choices=("roofline",),
                    help="estimate ops without a lowering by a roofline instead of failing")
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(approximated(args), policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
-                       dtype=args.dtype, kv_cache=args.kv_cache,
+                       dtype=args.dtype, kv_cache=args.kv_cache, quant=args.quant,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
