@@ -220,3 +220,23 @@ def test_the_cli_names_a_missing_format(capsys: pytest.CaptureFixture[str]) -> N
 
     rc = main(["kernel", "gemm", "--m", "1", "--n", "256", "--k", "256", "--hw", "a100-sxm", "--quant", "nvfp4"])
     assert rc != 0 and "a100-sxm has tensor cores for bf16, fp16, tf32, int8" in capsys.readouterr().err
+
+
+def test_sweep_carries_the_format_to_kernels_and_model_steps() -> None:
+    import argparse
+
+    from torchsim.cli import UsageError
+    from torchsim.cli.sweep import _kernel_call
+    from torchsim.sweeps.space import model_workload
+
+    ns = argparse.Namespace(kind="gemm", m=1, n=256, k=256, epilogue="none", batch=1, variant="", param=[],
+                            dtype="bf16", quant="nvfp4")
+    call = _kernel_call(ns)
+    assert (call.dtype, call.p("quant")) == (DType.FP4_E2M1, "nvfp4")
+    with pytest.raises(UsageError, match="gemm and grouped_gemm"):
+        _kernel_call(argparse.Namespace(**{**vars(ns), "kind": "rmsnorm", "param": ["rows=1", "hidden=64"]}))
+    work = model_workload("llama-tiny", phase="decode", kv=16, quant="w8a16", base=A100)
+    layer = [c for c in work.calls if c.kind is KernelKind.GEMM and c.layer is not None]
+    assert layer and all(c.p("quant") == "w8a16" for c in layer) and work.attrs["quant"] == "w8a16"
+    with pytest.raises(ValueError, match="a100-sxm has tensor cores for"):
+        model_workload("llama-tiny", phase="decode", kv=16, quant="fp8", base=A100)
