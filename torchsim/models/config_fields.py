@@ -96,6 +96,9 @@ CONDITIONAL: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
 }
 
 
+QUANT_FIELDS = ("quant", "quant_keep")  # the DecoderConfig fields quant_of's two values fill
+
+
 def quant_of(data: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     """The weight format a config's quantization_config names (torchsim.lowering.quant) and the module patterns
     it leaves unquantised (its modules_to_not_convert, HF parameter-name patterns); ("", ()) when it names none
