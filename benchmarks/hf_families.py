@@ -6,7 +6,8 @@ The configs are the ones the tests use (tests/data/hf_configs: Qwen2.5-7B, Qwen3
 OLMo-2-7B, Granite-3.1-8B, Phi-3-mini-4k, StableLM-2-1.6B, StarCoder2-7B, Gemma-2-9B, Gemma-3-1B, gpt-oss-20b,
 DeepSeek-V2-Lite, DeepSeek-V3), built by HF transformers on the meta device (models.hf_family), with
 torchsim's own Llama-3-8B beside them. A config needing an approximation is predicted with it and the
-approximation is printed. Not a test: a table.
+approximation is printed; a checkpoint's quantization_config runs in its format (docs/quantization.md; `--quant
+none` runs every model in bf16: gpt-oss's MXFP4 needs B200's FP4 tensor cores). Not a test: a table.
 """
 
 from __future__ import annotations
@@ -27,22 +28,24 @@ def main() -> None:
     ap.add_argument("--hw", default="h100-sxm")
     ap.add_argument("--prompt", type=int, default=2048)
     ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--quant", default=None, help="a format for every model (default: each config's own)")
     args = ap.parse_args()
     models: list[Any] = ["llama3-8b", *(get_config(p, approximate=True) for p in sorted(CONFIGS.glob("*.json")))]
-    print(f"{'model':<16} {'family':<10} {'TTFT ms':>9} {'TPOT ms':>8} {'weights GB':>10} {'wall s':>7}  "
-          "approximations")
+    print(f"{'model':<16} {'family':<10} {'TTFT ms':>9} {'TPOT ms':>8} {'weights GB':>10} {'format':>9} "
+          f"{'wall s':>7}  approximations")
     for m in models:
         t0 = time.perf_counter()
         try:
             p = predict(m, args.hw, prompt_len=args.prompt, decode_steps=args.decode, progress=False,
-                        allow_oversubscribe=True)  # a family larger than one GPU: timed anyway, a warning
+                        quant=args.quant, allow_oversubscribe=True)  # a family larger than one GPU: a warning
         except ValueError as exc:  # e.g. a context shorter than prompt + decode (OLMo-7B: 2048)
             print(f"{getattr(m, 'name', m):<16} {getattr(m, 'model_type', ''):<10} not predicted: {exc}", flush=True)
             continue
         family = getattr(m, "model_type", "") or "llama (own)"
         approx = "; ".join(a.removeprefix("approximated: ")[:60] for a in p.assumptions if a.startswith("approx"))
         print(f"{p.model:<16} {family:<10} {p.ttft_s * 1e3:>9.3f} {p.tpot_s * 1e3:>8.3f} "
-              f"{p.stats['weight_bytes'] / 1e9:>10.2f} {time.perf_counter() - t0:>7.1f}  {approx}", flush=True)
+              f"{p.stats['weight_bytes'] / 1e9:>10.2f} {p.stats.get('quant', 'bf16'):>9} "
+              f"{time.perf_counter() - t0:>7.1f}  {approx}", flush=True)
 
 
 if __name__ == "__main__":

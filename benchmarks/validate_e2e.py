@@ -17,6 +17,8 @@ row (nothing is fitted to a row):
   prompts each); decode runs the whole concurrency as one batch, KV growing from ISL to ISL + OSL;
 - output tokens/s = concurrency x OSL / (OSL decode steps + concurrency x prefill time per prompt): prefill and
   decode are not overlapped (TensorRT-LLM mixes them into one batch; an upper bound on the time);
+- NVIDIA's FP4 checkpoints (`nvidia/...-FP4`) as NVFP4 GEMMs (`predict(quant="nvfp4")`, block-scaled tcgen05 at the
+  FP4 rate; their KV cache assumed FP8 as the FP8 checkpoints');
 - `serving` preset, CUDA graphs, FP8 rows as FP8 E4M3 GEMMs (`predict(dtype="fp8")`); a simulation budget of
   1M node events per kernel, so the decode attention at these batch sizes is simulated, not a roofline.
 Rows skipped, with the reason: Tenstorrent hardware (validated elsewhere),
@@ -65,9 +67,9 @@ def main() -> None:
         t = time.time()
         pred, parts = predict_serving(s, args.workers, args.max_sim_events)
         method = method_for(r)[0].name
-        group = f"{s.profile} {s.model} {s.dtype}"
+        group = f"{s.profile} {s.model} {s.quant or s.dtype}"
         results.append((group, pred, r.value))
-        table.append(f"{r.id:<8} {s.profile:<8} {s.model:<11} {s.dtype:<4} {s.kv_cache:<4} {method:<11} "
+        table.append(f"{r.id:<8} {s.profile:<8} {s.model:<11} {s.quant or s.dtype:<4} {s.kv_cache:<4} {method:<11} "
                      f"{s.isl:>5}/{s.osl:<5} "
                      f"{s.concurrency:>5} {r.value:>9.0f} {pred:>9.0f} {100 * (pred - r.value) / r.value:>+7.1f} "
                      f"{s.hbm_bound:>9.0f}  "

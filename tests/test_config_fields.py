@@ -34,7 +34,7 @@ def test_a_llama31_config_needs_no_approximation() -> None:
     ("attention_bias", True, "projection biases"),
     ("mlp_bias", True, "MLP projection biases"),
     ("hidden_act", "gelu_pytorch_tanh", "SwiGLU"),
-    ("quantization_config", {"quant_method": "awq", "bits": 4}, "quantisation"),
+    ("quantization_config", {"quant_method": "bitsandbytes", "load_in_4bit": True}, "quantisation"),
     ("attn_logit_softcapping", 50.0, "does not know"),
 ])
 def test_an_unmodelled_field_is_named_or_listed(field: str, value: Any, words: str) -> None:

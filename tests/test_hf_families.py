@@ -111,14 +111,18 @@ def test_layer_norm_families_price_a_centered_norm() -> None:
 
 def test_what_capture_replaces_is_named(tmp_path: Path) -> None:
     # sliding windows are modelled (tests/test_sliding_window.py): Phi-3's 2047 below a 4096 context is no
-    # approximation; a quantised checkpoint still is
+    # approximation; a quantised checkpoint in a format torchsim models runs in it (AWQ 4-bit: w4a16), one in
+    # another format is still named
     assert get_config(CONFIGS / "phi-3-mini-4k.json").approximations == ()
     assert get_config(CONFIGS / "qwen2.5-7b.json").approximations == ()
-    data = {**json.loads((CONFIGS / "phi-3-mini-4k.json").read_text()),
-            "quantization_config": {"quant_method": "awq", "bits": 4}}
-    (tmp_path / "phi3-awq").mkdir()
-    path = tmp_path / "phi3-awq" / "config.json"
-    path.write_text(json.dumps(data))
+    base = json.loads((CONFIGS / "phi-3-mini-4k.json").read_text())
+    for name, qc in (("phi3-awq", {"quant_method": "awq", "bits": 4}),
+                     ("phi3-bnb", {"quant_method": "bitsandbytes", "load_in_4bit": True})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({**base, "quantization_config": qc}))
+    awq = get_config(tmp_path / "phi3-awq" / "config.json")
+    assert awq.quant == "w4a16" and awq.approximations == ()
+    path = tmp_path / "phi3-bnb" / "config.json"
     with pytest.raises(ValueError, match="quantization_config"):
         get_config(path)
     assert get_config(path, approximate=True).approximations[0].startswith("quantization_config")

@@ -60,6 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+QUANT_HELP = ("decoder-layer GEMMs in a quantised format: w8a16 / w4a16 (int weights, group-wise scales, dequantised "
+              "in the main loop as Marlin/Machete do), w8a8 (int8 tensor cores), fp8 (per-tensor), fp8-block (128x128 "
+              "block scales, DeepGEMM on sm90), nvfp4 / mxfp4 (block-scaled FP4, B200); none = the model dtype "
+              "(default: a config's quantization_config, else none)")
+
+
+def add_quant_option(p: argparse.ArgumentParser, help_text: str = QUANT_HELP) -> None:
+    """--quant FORMAT (torchsim.lowering.quant), shared by predict, compare, sweep and the GEMM kernels."""
+    from torchsim.lowering.quant import FORMATS
+
+    p.add_argument("--quant", default=None, choices=(*FORMATS, "none"), help=help_text)
+
+
 def approximated(args: argparse.Namespace) -> Any:
     """The model argument: with --approximate, a config file read accepting the fields torchsim cannot model."""
     if not getattr(args, "approximate", False):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from torchsim.cli import UsageError, approximated, int_in
+from torchsim.cli import UsageError, add_quant_option, approximated, int_in
 from torchsim.cli.options import add_parallel_options
 from torchsim.cli.outputs import add_output_options, write_prediction_outputs
 from torchsim.exports.adapt import kernel_detail
@@ -44,6 +44,9 @@ def register(sub: Any) -> None:
                    help="estimate ops without a lowering by a roofline instead of failing")
     p.add_argument("--approximate", action="store_true",
                    help="accept config.json fields torchsim cannot model; each approximation is listed")
+    p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
+                   help="KV-cache dtype (default: the model dtype)")
+    add_quant_option(p)
     p.add_argument("--top", type=int_in(0), default=5, help="top kernels listed per profile (default 5)")
     p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object per profile")
@@ -124,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"predicting {args.model} on {hw.name}{f' x{tp}' if tp > 1 else ''} ...", file=sys.stderr)
         p = predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
                     preset=args.preset, routing=args.routing, fallback=args.fallback,
-                    workers=args.workers, tp=tp, ep=args.ep if tp > 1 else 1, pp=args.pp,
+                    quant=args.quant, kv_cache=args.kv_cache, workers=args.workers, tp=tp,
+                    ep=args.ep if tp > 1 else 1, pp=args.pp,
                     micro_batches=args.micro_batches, allow_oversubscribe=args.allow_oversubscribe,
                     progress=not args.json and sys.stderr.isatty())
         # systems side by side: each column names its GPU count
@@ -141,8 +145,9 @@ def run(args: argparse.Namespace) -> int:
         first = preds[0]
         tps = {t for _h, t in entries}
         tp_note = f", tensor parallel over {min(tps)} GPUs" if len(tps) == 1 and min(tps) > 1 else ""
+        fmt = f", weights {first.stats['quant']}" if first.stats.get("quant") else ""
         print(f"{first.model}: batch {first.batch}, prompt {first.prompt_len}, {first.decode_steps} decode steps "
-              f"(preset {first.preset}, launch {first.launch}{tp_note})\n")
+              f"(preset {first.preset}, launch {first.launch}{fmt}{tp_note})\n")
         summaries = [summarize(prediction_records(p), top=args.top, ttft_s=p.ttft_s,
                                tpot_s=p.tpot_s if p.decode_steps else None) for p in preds]
         print(comparison_table(summaries, top=args.top))

@@ -148,6 +148,11 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         print(json.dumps(out, default=str))
         return
     print(f"{res.name} on {res.hw}  [{out['template']}]")
+    if kernel.attrs.get("quant"):  # a quantised format (torchsim.lowering.quant)
+        from torchsim.lowering.quant import parse
+
+        fmt = parse(str(kernel.attrs["quant"]))
+        print(f"  format      {fmt.name}: {fmt.description}; {kernel.dram_bytes / 1e6:.2f} MB from DRAM at least")
     print(f"  time        {res.time_us:10.2f} us   ({res.cycles} cycles at {res.clock_hz / 1e9:.3f} GHz)")
     if res.clock_reason:
         print(f"  clock       {res.clock_hz / 1e9:10.3f} GHz  {res.clock_reason}")

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, approximated, int_in
+from torchsim.cli import UsageError, add_quant_option, approximated, int_in
 from torchsim.cli.options import add_parallel_options
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
@@ -45,6 +45,7 @@ def register(sub: Any) -> None:
                    help="checkpoint precision: fp8 runs the decoder-layer GEMMs in FP8 E4M3 (default bf16)")
     p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
                    help="KV-cache dtype (default: the model dtype; fp8 halves K/V bytes in decode attention)")
+    add_quant_option(p)
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     add_parallel_options(p, tp_help="tensor-parallel GPUs (Megatron splits + NCCL collectives on the GPU's 8-GPU "
                                     "system, or on the system --hw names, e.g. dgx-h100; default 1)")
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(approximated(args), policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
-                       dtype=args.dtype, kv_cache=args.kv_cache,
+                       dtype=args.dtype, kv_cache=args.kv_cache, quant=args.quant,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
                        ep=args.ep, pp=args.pp, micro_batches=args.micro_batches,

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError
+from torchsim.cli import UsageError, add_quant_option
 
 
 def register(sub: Any) -> None:
@@ -39,6 +39,8 @@ def register(sub: Any) -> None:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="kernel: a KernelCall parameter (e.g. --param rows=1 --param hidden=4096)")
     p.add_argument("--dtype", default="bf16", help="kernel: bf16, fp16, fp8")
+    add_quant_option(p, "model: the decoder-layer GEMMs in a quantised format (as `predict --quant`); kernel gemm / "
+                     "grouped_gemm: B in that format (the MMA dtype follows it)")
     p.add_argument("--out", required=True, help="Parquet file to write (one row per point)")
     p.add_argument("--plot", default=None, help="also write a PNG of the total against the knobs")
     p.add_argument("--force-format", action="store_true", help="write even when a path's extension names another "
@@ -90,7 +92,15 @@ def _kernel_call(args: argparse.Namespace) -> Any:
         params[key.strip()] = _value(val.strip())
     if not params:
         raise UsageError(f"sweep kernel {kind.value} needs its parameters (--param KEY=VALUE)")
-    return KernelCall.make(kind, DType.parse(args.dtype), name=f"sweep.{kind.value}", **params)
+    dtype = DType.parse(args.dtype)
+    if args.quant and args.quant != "none":
+        if kind not in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
+            raise UsageError(f"--quant applies to gemm and grouped_gemm kernels, not {kind.value}")
+        from torchsim.lowering.quant import parse
+
+        params["quant"] = args.quant
+        dtype = parse(args.quant).mma_dtype(dtype)
+    return KernelCall.make(kind, dtype, name=f"sweep.{kind.value}", **params)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         if args.kind:
             raise UsageError(f"unexpected {args.kind!r} after the model name {args.target!r}")
         work = model_workload(args.target, phase=args.phase, batch=args.batch, kv=args.kv, prompt=args.prompt,
-                              preset=args.preset)
+                              preset=args.preset, quant=args.quant, base=base)
     try:
         rows = run_sweep(base, knobs, work, executor=args.executor, jobs=args.jobs, ray_address=args.ray_address,
                          yes=args.yes, progress=not args.no_progress and sys.stderr.isatty(),

@@ -87,6 +87,10 @@ class DType(IntEnum):
     INT64 = 8
     BFP8_B = 9
     BFP4_B = 10
+    # 4-bit element types of the quantised weight/activation formats (lowering/quant.py): packed two per byte,
+    # their scales are separate tensors (a format's scale bytes are counted where the format is)
+    INT4 = 11
+    FP4_E2M1 = 12
 
     @property
     def bits(self) -> float:
@@ -113,7 +117,7 @@ class DType(IntEnum):
 _BITS = {
     DType.FP32: 32.0, DType.TF32: 32.0, DType.BF16: 16.0, DType.FP16: 16.0, DType.FP8_E4M3: 8.0,
     DType.FP8_E5M2: 8.0, DType.INT8: 8.0, DType.INT32: 32.0, DType.INT64: 64.0,
-    DType.BFP8_B: 1088 * 8 / 1024, DType.BFP4_B: 576 * 8 / 1024,
+    DType.BFP8_B: 1088 * 8 / 1024, DType.BFP4_B: 576 * 8 / 1024, DType.INT4: 4.0, DType.FP4_E2M1: 4.0,
 }
 
 _ALIASES = {
@@ -121,7 +125,8 @@ _ALIASES = {
     "bfloat16": DType.BF16, "fp16": DType.FP16, "float16": DType.FP16, "half": DType.FP16,
     "fp8": DType.FP8_E4M3, "fp8_e4m3": DType.FP8_E4M3, "e4m3": DType.FP8_E4M3,
     "fp8_e5m2": DType.FP8_E5M2, "e5m2": DType.FP8_E5M2, "int8": DType.INT8, "int32": DType.INT32,
-    "int64": DType.INT64, "bfp8_b": DType.BFP8_B, "bfp4_b": DType.BFP4_B,
+    "int64": DType.INT64, "bfp8_b": DType.BFP8_B, "bfp4_b": DType.BFP4_B, "int4": DType.INT4,
+    "fp4": DType.FP4_E2M1, "fp4_e2m1": DType.FP4_E2M1, "e2m1": DType.FP4_E2M1,
 }
 
 MEMORY_OPS = frozenset({

@@ -110,6 +110,13 @@ class GpuProfile:
     # wgmma/tcgen05 rate of the tensor_*_flop_per_clk_per_sm fields. Templates issuing mma.sync scale their
     # MMA work by tensor rate / this rate (the time the instruction holds the tensor datapath).
     warp_mma_flop_per_clk_per_sm: Quantity
+    # -- quantised weight/activation formats (torchsim issue 15; lowering/quant.py) -------------------------
+    # int8 MMA (s8 x s8 -> s32; one multiply-add counted as 2 FLOPs) and the block-scaled FP4 MMA (E2M1 with
+    # per-block scale factors: tcgen05 kind::mxf4 / kind::mxf4nvf4); 0 = the part has none. The INT32 pipe serves
+    # the integer half of a weight-only kernel's dequantisation (LOP3/PRMT/shifts) beside the FMA pipe.
+    tensor_int8_flop_per_clk_per_sm: Quantity
+    tensor_fp4_flop_per_clk_per_sm: Quantity
+    int32_ops_per_clk_per_sm: Quantity  # INT32 lanes per SM (lane operations per clock)
     # -- a timer's own cost (torchsim issue 12, validation timing methods) -------------------------------------
     # What a profiler that serialises kernels (CUPTI_ACTIVITY_KIND_KERNEL: 'all kernel executions are serialized
     # on the GPU', cupti_activity.h) adds to each kernel's recorded duration on this part. Only the comparison reads
@@ -157,7 +164,13 @@ class GpuProfile:
         return int(self.sm_count.value)
 
     def tensor_flop_per_clk_per_sm(self, dtype: DType) -> float:
-        if dtype.is_fp8 or dtype is DType.INT8:
+        if dtype is DType.INT8:
+            return float(self.tensor_int8_flop_per_clk_per_sm.value)
+        if dtype is DType.FP4_E2M1:
+            return float(self.tensor_fp4_flop_per_clk_per_sm.value)
+        if dtype is DType.INT4:
+            return 0.0  # no 4-bit integer MMA is modelled: int4 weights are dequantised (lowering/quant.py)
+        if dtype.is_fp8:
             return float(self.tensor_fp8_flop_per_clk_per_sm.value)
         if dtype in (DType.FP32, DType.TF32):
             return float(self.tensor_tf32_flop_per_clk_per_sm.value)
@@ -168,6 +181,12 @@ class GpuProfile:
 
     def supports(self, dtype: DType) -> bool:
         return self.tensor_flop_per_clk_per_sm(dtype) > 0
+
+    def tensor_formats(self) -> tuple[str, ...]:
+        """The MMA input types this part's tensor cores run, for error messages ("bf16, fp16, tf32, int8")."""
+        kinds = (("bf16", DType.BF16), ("fp16", DType.FP16), ("tf32", DType.TF32), ("int8", DType.INT8),
+                 ("fp8", DType.FP8_E4M3), ("fp4", DType.FP4_E2M1))
+        return tuple(name for name, dt in kinds if self.supports(dt))
 
     @property
     def units(self) -> frozenset[Unit]:
@@ -337,6 +356,14 @@ a100_sxm = GpuProfile(
                                          ": mma.sync is sm80's tensor instruction, so its rate is the dense "
                                          "peak (" + fact(A100, "tensor.tc_dense_fp16_bf16_flop_per_clk_per_sm") +
                                          ")"),
+    # -- quantised formats --
+    tensor_int8_flop_per_clk_per_sm=derived(4096, "FLOP/clk/SM", fact(A100, "tensor.tc_dense_int8_tops") +
+                                            ": 624 TOPS / (108 SMs x 1.41 GHz) = 4098, twice the bf16 rate"),
+    tensor_fp4_flop_per_clk_per_sm=doc(0, "FLOP/clk/SM", "no FP4 tensor cores before sm100 (" +
+                                       fact(B200, "tensor.tc_dense_fp4_pflops") + ")"),
+    int32_ops_per_clk_per_sm=doc(64, "ops/clk/SM", "NVIDIA CUDA C++ Programming Guide §20.7.1 (compute capability "
+                                 "8.x: 64 INT32 cores per SM beside the 64 FP32 cores; the section " +
+                                 fact(A100, "simt.fp32_cores_per_sm") + " cites; INT32 figure as recalled)"),
 )
 
 h100_sxm = replace(
@@ -422,6 +449,12 @@ h100_sxm = replace(
                                           "(~350 TFLOPS at d=128 in the FlashAttention-3 paper's baselines, as "
                                           "recalled) is ~70% of it as on those parts. Hazy Research's 'GPUs Go "
                                           "Brrr' puts the no-wgmma ceiling at ~63% (as recalled; not re-read)"),
+    # -- quantised formats --
+    tensor_int8_flop_per_clk_per_sm=derived(8192, "FLOP/clk/SM", fact(H100, "tensor.tc_dense_int8_tops") +
+                                            ": 1978.9 TOPS / (132 SMs x 1.83 GHz), the FP8 rate"),
+    int32_ops_per_clk_per_sm=doc(64, "ops/clk/SM", "NVIDIA CUDA C++ Programming Guide §20.8.1 (compute capability "
+                                 "9.0: 64 INT32 cores per SM beside 128 FP32 cores; the section " +
+                                 fact(H100, "simt.fp32_cores_per_sm") + " cites; INT32 figure as recalled)"),
 )
 
 h200 = replace(
@@ -547,6 +580,17 @@ b200 = replace(
                                          "362 at d=128 (meta-pytorch/tritonbench PR #171) on B200, ~68% of this "
                                          "rate, as FA2 reaches ~70% of A100's (Dao-AILab/flash-attention issue "
                                          "#1059)"),
+    # -- quantised formats --
+    tensor_int8_flop_per_clk_per_sm=derived(16384, "FLOP/clk/SM", "glennklockwood.com/garden/processors/B200, HGX "
+                                            "B200 at 1,000 W table: INT8 matrix 4,500 TOPS dense (9,000 sparse) / "
+                                            "(148 SMs x 1.856 GHz) = 16382: the FP8 rate"),
+    tensor_fp4_flop_per_clk_per_sm=derived(32768, "FLOP/clk/SM", fact(B200, "tensor.tc_dense_fp4_flop_per_clk_per_sm")
+                                           + " (4 x the bf16 rate: " + fact(B200, "tensor.tc_dense_fp4_pflops") +
+                                           " 9.0 PFLOPS dense / 2.25 bf16; twice FP8, NVIDIA blog 'Introducing NVFP4 "
+                                           "for Efficient and Accurate Low-Precision Inference' Figure 1: B200 9/18 "
+                                           "PFLOPS dense/sparse FP4)"),
+    int32_ops_per_clk_per_sm=assumed(64, "ops/clk/SM", "assumed: Hopper's 64 INT32 lanes per SM (CUDA C++ "
+                                     "Programming Guide §20.8.1); the compute capability 10.0 section not read"),
 )
 
 # -- A100 PCIe 40GB (issue 12): the same GA100 die and clocks as the SXM part on a 250 W board with 40 GB HBM2 --

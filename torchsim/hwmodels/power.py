@@ -67,8 +67,16 @@ def work_of(hw: Any, dtype: DType, cycles: float, clock_hz: float, unit_busy: di
 
 def tensor_pj_per_flop(hw: Any, dtype: DType) -> float:
     """Tensor-core energy per FLOP for `dtype` at the voltage of clock_max_hz (the same dtype classes as
-    GpuProfile.tensor_flop_per_clk_per_sm)."""
-    if dtype.is_fp8 or dtype is DType.INT8:
+    GpuProfile.tensor_flop_per_clk_per_sm).
+
+    INT8 and FP4 have no energy of their own (assumed, no per-format power measurement found): the datapath is
+    taken to draw the same power at each format's peak rate as at the nearest calibrated format's, so the energy
+    per FLOP scales with the rate ratio (int8 from fp8 where both run at one rate, else from bf16; fp4 from fp8)."""
+    if dtype in (DType.INT8, DType.FP4_E2M1):
+        rate = hw.tensor_flop_per_clk_per_sm(dtype)
+        base = DType.FP8_E4M3 if hw.tensor_flop_per_clk_per_sm(DType.FP8_E4M3) > 0 else DType.BF16
+        return tensor_pj_per_flop(hw, base) * hw.tensor_flop_per_clk_per_sm(base) / rate if rate > 0 else 0.0
+    if dtype.is_fp8:
         return float(hw.tensor_pj_per_flop_fp8.value)
     if dtype in (DType.FP32, DType.TF32):
         return float(hw.tensor_pj_per_flop_tf32.value)

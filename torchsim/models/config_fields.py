@@ -18,6 +18,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from torchsim.lowering.quant import FORMATS, format_of_config
+
 # Fields that do not change inference work or memory: metadata, tokenizer ids, training-only settings.
 IGNORED = frozenset({
     "architectures", "model_type", "transformers_version", "_name_or_path", "auto_map", "torch_dtype", "dtype",
@@ -88,9 +90,30 @@ CONDITIONAL: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
     "attention_bias": _flag("the q/k/v/o projection biases are not simulated (one bias add per projection)"),
     "mlp_bias": _flag("the MLP projection biases are not simulated (one bias add per projection)"),
     "hidden_act": _act,
-    "quantization_config": lambda v, d: f"= {json.dumps(v)[:80]}: the weights are simulated in the --dtype "
-                                        "format, not in this quantisation",
+    "quantization_config": lambda v, d: None if format_of_config(v)[0] else
+    f"= {json.dumps(v)[:80]}: the weights are simulated in the --dtype format, not in this quantisation "
+    f"({format_of_config(v)[1]} is not modelled; torchsim models {', '.join(FORMATS)}: --quant)",
 }
+
+
+QUANT_FIELDS = ("quant", "quant_keep")  # the DecoderConfig fields quant_of's two values fill
+
+
+def quant_of(data: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The weight format a config's quantization_config names (torchsim.lowering.quant) and the module patterns
+    it leaves unquantised (its modules_to_not_convert, HF parameter-name patterns); ("", ()) when it names none
+    torchsim models (then the field is an approximation, CONDITIONAL).
+
+    >>> quant_of({"quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]}})
+    ('mxfp4', ('lm_head',))
+    """
+    qc = data.get("quantization_config")
+    name = format_of_config(qc)[0] if isinstance(qc, dict) else None
+    if not name or not isinstance(qc, dict):
+        return "", ()
+    keep = qc.get("modules_to_not_convert") or qc.get("ignore") or ()
+    # HF names start at the model ("model.layers.*.self_attn"); torchsim's module paths at the layers
+    return name, tuple(k.removeprefix("model.") for k in keep if isinstance(k, str))
 
 
 def conditional_note(key: str, data: dict[str, Any]) -> str | None:

@@ -49,8 +49,9 @@ class DecoderConfig:
     tie_word_embeddings: bool = False
     head_dim: int | None = None
     name: str = "decoder"
-    # config.json fields torchsim does not model, accepted with approximate=True (models.config_fields)
-    approximations: tuple[str, ...] = ()
+    approximations: tuple[str, ...] = ()  # fields torchsim does not model, taken with approximate=True (config_fields)
+    quant: str = ""  # the format a quantization_config names (lowering.quant; "" none), quant_keep what it leaves out
+    quant_keep: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f, limit in _SIZE_LIMITS.items():
@@ -117,13 +118,12 @@ class DecoderConfig:
     @classmethod
     def from_dict(cls: type[ConfigT], data: dict[str, Any], name: str | None = None, *,
                   approximate: bool = False) -> ConfigT:
-        """Build from a dict using HF `config.json` keys; missing required keys are named in one error, and so
-        are fields that change the computation but torchsim does not model, unless `approximate`
-        (models.config_fields)."""
-        from torchsim.models.config_fields import screen_fields
+        """Build from a dict using HF `config.json` keys; missing required keys are named in one error, and so are
+        fields that change the computation but torchsim does not model, unless `approximate` (models.config_fields)."""
+        from torchsim.models.config_fields import QUANT_FIELDS, quant_of, screen_fields
 
         name = cls.family.lower() if name is None else name
-        own = [f.name for f in fields(cls) if f.name not in ("name", "approximations")]
+        own = [f.name for f in fields(cls) if f.name not in ("name", "approximations", *QUANT_FIELDS)]
         required = [f.name for f in fields(cls) if f.default is MISSING]
         optional = sorted(f.name for f in fields(cls) if f.default is not MISSING and f.name in own)
         data = dict(data)
@@ -135,7 +135,7 @@ class DecoderConfig:
             raise ValueError(f"model config {name!r} is missing field(s) {missing}; a {cls.family}-family config "
                              f"needs {required} (optional: {optional})")
         notes = screen_fields(data, set(own), name, approximate=approximate)
-        kwargs = {k: data[k] for k in own if k in data}
+        kwargs: dict[str, Any] = {k: data[k] for k in own if k in data} | dict(zip(QUANT_FIELDS, quant_of(data)))
         if kwargs.get("head_dim") is None:
             kwargs.pop("head_dim", None)
         return cls(name=name, approximations=notes, **kwargs)

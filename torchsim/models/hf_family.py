@@ -9,8 +9,8 @@ family's forward code does (QKV biases, q/k norms, extra norms, scalar multiplie
 What capture replaces is named (models.config_fields): torchsim runs attention as a serving runtime does,
 causal without a materialised mask, with each layer's sliding window taken from the config
 (models.config_fields.layer_window, recorded on the attention call by capture); layer kinds other than full
-and sliding-window attention are approximations, and so are quantised weights (simulated in the --dtype
-format).
+and sliding-window attention are approximations, and so are quantised weights in a format torchsim does not
+model (a format it models, torchsim.lowering.quant, runs as such).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from torchsim.models.config_fields import LAYER_KINDS, conditional_note, refuse_unless
+from torchsim.models.config_fields import LAYER_KINDS, conditional_note, quant_of, refuse_unless
 from torchsim.models.decoder import DecoderConfig
 from torchsim.models.registry import register_builder, register_other_families
 
@@ -76,6 +76,7 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
     if "layer_types" in data and (why := _layer_types(data["layer_types"], data)):
         notes.append(f"layer_types {why}")
     approximations = refuse_unless(notes, name, approximate=approximate)
+    quant, keep = quant_of(data)  # a modelled quantization_config: the format the GEMMs run in
     heads = hf_cfg.num_attention_heads
     head_dim = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // heads
     rope = getattr(hf_cfg, "rope_parameters", None) or {}
@@ -88,7 +89,8 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
         rms_norm_eps=float(getattr(hf_cfg, "rms_norm_eps", None) or 1e-6),
         tie_word_embeddings=bool(getattr(hf_cfg, "tie_word_embeddings", False)),
         head_dim=head_dim if head_dim * heads != hf_cfg.hidden_size else None, name=name,
-        approximations=approximations, model_type=model_type, hf_json=json.dumps(data, sort_keys=True),
+        approximations=approximations, quant=quant, quant_keep=keep, model_type=model_type,
+        hf_json=json.dumps(data, sort_keys=True),
         latent_kv_width=(int(hf_cfg.kv_lora_rank) + int(hf_cfg.qk_rope_head_dim)
                          if getattr(hf_cfg, "kv_lora_rank", None) else 0))
 

@@ -140,6 +140,11 @@ register_model("llama3.1-8b", _llama("llama3.1-8b", max_position_embeddings=1310
 register_model("llama3-70b", _llama("llama3-70b", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
                                     num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
                                     max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5))
+# Llama-2-7B (meta-llama/Llama-2-7b-hf config.json, as recalled: MHA with 32 KV heads, 4096 context, 32000 vocab):
+# the model the weight-only quantisation kernels (GPTQ/AWQ on Marlin) are usually benchmarked on
+register_model("llama2-7b", _llama("llama2-7b", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                   num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                                   max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5))
 # Test sizes, CPU-cheap: llama-tiny (head_dim 16: its attention falls back to the roofline) and llama-small
 # (head_dim 64, served by the attention templates).
 register_model("llama-tiny", _llama("llama-tiny", hidden_size=64, intermediate_size=160, num_hidden_layers=2,

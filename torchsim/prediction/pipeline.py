@@ -23,6 +23,8 @@ from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.parallel import shard_plan
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
 from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
+from torchsim.lowering.quant import QuantFormat, check_supported
+from torchsim.lowering.quant import parse as parse_quant
 from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.kernel_sim import (
@@ -42,7 +44,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
             exact: bool = False, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
-            allow_oversubscribe: bool = False, system: str | None = None) -> Prediction:
+            allow_oversubscribe: bool = False, system: str | None = None, quant: str | None = None) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -50,6 +52,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     (on Tensix: metal trace for decode, host dispatch for prefill, as tt_transformers runs them). `weights`
     ("performance" | "accuracy", Tensix only) picks tt_transformers' data formats and fidelities per weight role.
     `dtype="fp8"` is an FP8 checkpoint (decoder-layer GEMMs in FP8 E4M3); `kv_cache="fp8"` an FP8 KV cache.
+    `quant` runs the decoder-layer GEMMs in a quantised format (torchsim.lowering.quant: w8a16, w4a16, w8a8, fp8,
+    fp8-block, nvfp4, mxfp4; "none" forces the model's dtype); by default the format a config's
+    `quantization_config` names, else none. A format the GPU lacks tensor cores for is an error naming what it has.
     Kernels above `max_sim_events` node executions are extrapolated from truncated instances of their repeating
     dimensions (torchsim.prediction.repeats; `exact=True` simulates every kernel in full).
     Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
@@ -112,7 +117,13 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
+    if quant is not None and precision is WeightPrecision.FP8 and quant.strip().lower() not in ("none", "fp8"):
+        raise ValueError(f"dtype='fp8' is an FP8 checkpoint and quant={quant!r} another format; give one of them "
+                         "(quant='fp8' is the same as dtype='fp8')")
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
+    fmt, keep = _resolve_quant(quant, cfg, prof)
+    if fmt is not None and fmt.name == "fp8":  # per-tensor FP8: the FP8 checkpoint's plan
+        precision = WeightPrecision.FP8
     ctx_len = _context(cfg)
     if ep > 1 and not _has_experts(cfg):
         raise ValueError(f"ep={ep}: {name} has no MoE layers (expert parallelism splits the experts of MoE layers)")
@@ -131,7 +142,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     for _phase, _step, q, past in scenarios:
         cap = capture_model(module, batch // mb // dp, q, past)
         plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
-                              kv_dtype)
+                              kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
         if ep > 1:
             plan = _slowest_experts([shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)], prof,
                                     max_sim_events, workers, DiskCache() if cache else None)
@@ -140,7 +151,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
         plans.append(_tuned(plan) if tune else plan)
     t_plan = time.perf_counter()
-    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision)) / (tp * pp)
+    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
     if dp > 1:  # every rank holds the whole model but only 1/ep of the experts
         experts = _expert_bytes(plans[-1])  # this rank's
         w_bytes -= experts * (dp - 1) / pp
@@ -205,8 +216,13 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
            "contiguous KV cache in the model's dtype")
         + ("; FP8 checkpoint: decoder-layer GEMMs FP8 E4M3 (bf16 out, activation quantisation fused into the "
-           "producing kernel), embedding/LM head/norms/prefill attention in bf16" if precision is WeightPrecision.FP8
-           else ""),
+           "producing kernel), embedding/LM head/norms/prefill attention in bf16"
+           if precision is WeightPrecision.FP8 and fmt is None else ""),
+        *((f"weights {fmt.name}: {fmt.description}; the decoder-layer GEMMs only"
+           + (f" (not {', '.join(keep)}: the checkpoint's modules_to_not_convert)" if keep else "")
+           + "; embedding, LM head, norms and attention in the model's dtype"
+           + ("" if fmt.weight_only else "; activation quantisation fused into the producing kernel"),)
+          if fmt is not None else ()),
         f"decode steps {list(samples)} simulated, the others interpolated linearly in KV length",
         f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template); "
         + ("every kernel simulated in full (exact)" if exact else
@@ -219,7 +235,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
              "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, "memory": memory,
              **({"pipeline": {"prefill": stages[0], "decode": stages[1] if len(stages) > 1 else None}}
                 if pp > 1 else {}),
-             **_model_facts(cfg, module, kv_dtype)}
+             **_model_facts(cfg, module, kv_dtype), **({"quant": fmt.name} if fmt is not None else {})}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}
     return Prediction(model=name, hw=prof.name, preset=preset.value, launch=launch, batch=batch,
@@ -244,9 +260,11 @@ def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, 
 
 
 def _tuned(plan: KernelPlan) -> KernelPlan:
-    """The plan with its GEMMs autotuned by simulation (the `tune` parameter the GEMM template reads)."""
+    """The plan with its GEMMs autotuned by simulation (the `tune` parameter the GEMM template reads); quantised
+    GEMMs keep their format's kernels' tiles."""
     calls = tuple(replace(c, params=tuple(sorted({**dict(c.params), "tune": True}.items())))
-                  if c.kind is KernelKind.GEMM and not c.p("variant", "") else c for c in plan.calls)
+                  if c.kind is KernelKind.GEMM and not c.p("variant", "") and not c.p("quant", "") else c
+                  for c in plan.calls)
     return replace(plan, calls=calls)
 
 
@@ -258,6 +276,20 @@ def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
     if hasattr(cfg, "kv_bytes_per_token"):
         facts["kv_bytes_per_token"] = int(cfg.kv_bytes_per_token(1 if kv_dtype is not None else 2))
     return facts
+
+
+def _resolve_quant(quant: str | None, cfg: Any, prof: Any) -> tuple[QuantFormat | None, tuple[str, ...]]:
+    """The weight format (given, else the config's quantization_config) and the module patterns it leaves in the
+    model's dtype; a format `prof` cannot run raises naming what it has."""
+    keep: tuple[str, ...] = ()
+    if quant is None:
+        quant = str(getattr(cfg, "quant", "") or "") or None
+        keep = tuple(getattr(cfg, "quant_keep", ()) or ())
+    if quant is None or quant.strip().lower() in ("none", ""):
+        return None, ()
+    fmt = parse_quant(quant)
+    check_supported(fmt, prof)
+    return fmt, keep
 
 
 def _require_int(name: str, value: Any, *, minimum: int) -> None:

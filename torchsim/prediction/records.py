@@ -169,7 +169,9 @@ class Prediction:
             wb = st["weight_bytes"]
             weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
             per = " per GPU" if max(self.tp, self.ep, self.pp) > 1 else ""
-            lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{per}{kv}")
+            fmt = f" in {st['quant']}" if st.get("quant") else ""  # a quantised format (lowering.quant)
+            lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{fmt}{per}"
+                         f"{kv}")
         mem = st.get("memory")
         if mem and mem.get("capacity_bytes"):
             gib = 2.0**30

@@ -278,7 +278,7 @@ def tiled_family(kind: str, name: str, units_of: Callable[[int], list[Any]], k: 
     from torchsim.lowering.templates.tiling import cta_classes
 
     gemm_mod = import_module("torchsim.lowering.templates.gemm")  # the module (the package exports the function)
-    out_dtype = DType.BF16 if dtype.is_fp8 or dtype is DType.BF16 else dtype
+    out_dtype = gemm_mod.gemm_out_dtype(dtype)
     step = cfg.bk * cfg.split_k
     k_steps = -(-k // step)
     tiles = len(units_of(min(k, step)))
@@ -333,7 +333,7 @@ def grouped_family(kg: KernelGraph, hw: Any) -> Family | None:
     counts = tuple(int(c) for c in a["tokens_per_expert"])
     dtype = kg.classes[0].graph.dtype
     pipe = Pipeline.parse(str(a["template"]).split("/", 1)[1])
-    cfg = grouped_config(counts, int(a["n"]), int(a["k"]), dtype, hw, pipe)
+    cfg = grouped_config(counts, int(a["n"]), int(a["k"]), dtype, hw, pipe, str(a.get("quant", "")))
     if (cfg.bm, cfg.bn, cfg.bk, cfg.stages) != (a["bm"], a["bn"], a["bk"], a["stages"]):
         cfg = dc_replace(cfg, bm=int(a["bm"]), bn=int(a["bn"]), bk=int(a["bk"]), stages=int(a["stages"]))
 
@@ -356,7 +356,8 @@ def gemm_call_config(call: Any, hw: Any) -> Any:
                         shared_b=bool(call.p("shared_b", True))).best
     else:
         variant = call.p("variant", "")
-        cfg = default_config(m, n, k, call.dtype, hw, batch, Pipeline.parse(variant) if variant else None)
+        cfg = default_config(m, n, k, call.dtype, hw, batch, Pipeline.parse(variant) if variant else None,
+                             quant=str(call.p("quant", "")))
     if cfg.smem_bytes(call.dtype) > hw.smem_per_cta_bytes.value:
         cfg = fit_config(cfg, m, n, k, call.dtype, hw, batch)
     return cfg
@@ -365,7 +366,8 @@ def gemm_call_config(call: Any, hw: Any) -> Any:
 def gemm_attrs(m: int, n: int, k: int, dtype: DType, cfg: Any, epilogue: Any, batch: int) -> dict[str, Any]:
     return {"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
             "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
-            "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch}
+            "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch,
+            **({"quant": cfg.quant} if cfg.quant else {})}
 
 
 def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
@@ -380,7 +382,7 @@ def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
     try:
         dtype = DType.parse(str(a["dtype"]))
         pipe = Pipeline.parse(str(a["template"]).split("/", 1)[1])
-        cfg = default_config(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, 1, pipe)
+        cfg = default_config(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, 1, pipe, quant=str(a.get("quant", "")))
         cfg = dc_replace(cfg, bm=int(a["bm"]), bn=int(a["bn"]), bk=int(a["bk"]), stages=int(a["stages"]),
                          persistent=bool(a["persistent"]), b_split=int(a["b_split"]), split_k=int(a["split_k"]))
         fam = gemm_family(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, cfg, Epilogue.parse(str(a["epilogue"])),

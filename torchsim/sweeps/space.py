@@ -110,8 +110,10 @@ class Workload:
 
 
 def model_workload(model: str, *, phase: str, batch: int = 1, kv: int = 4096, prompt: int = 2048,
-                   preset: str = "serving") -> Workload:
-    """Capture and plan one step of `model` once: decode attends over kv + 1 tokens (as predict's first step)."""
+                   preset: str = "serving", quant: str | None = None, base: Any = None) -> Workload:
+    """Capture and plan one step of `model` once: decode attends over kv + 1 tokens (as predict's first step).
+    `quant`: the decoder-layer GEMMs in a quantised format (as predict's; default the config's
+    quantization_config), checked against the `base` profile."""
     from torchsim.lowering.plan import plan_model
     from torchsim.models.registry import build_model, get_config
 
@@ -124,9 +126,22 @@ def model_workload(model: str, *, phase: str, batch: int = 1, kv: int = 4096, pr
     module = build_model(cfg)
     q, past = (1, kv) if phase == "decode" else (prompt, 0)
     plan = plan_model(module, batch=batch, q_len=q, past_len=past, preset=preset)
+    quant = quant if quant is not None else (getattr(cfg, "quant", "") or None)
+    attrs: dict[str, Any] = {}
+    if quant and quant != "none":
+        from torchsim.lowering.precision import WeightPrecision, with_precision
+        from torchsim.lowering.quant import check_supported, parse
+
+        fmt = parse(quant)
+        if base is not None:
+            check_supported(fmt, base)
+        keep = tuple(getattr(cfg, "quant_keep", ()) or ())
+        plan = with_precision(plan, WeightPrecision.FP8 if fmt.name == "fp8" else WeightPrecision.MODEL, None,
+                              None if fmt.name == "fp8" else fmt, keep)
+        attrs["quant"] = fmt.name
     launch = "cuda-graphs" if preset == "serving" else "eager"
     return Workload(str(getattr(cfg, "name", model)), tuple(plan.calls), phase, batch,
-                    kv + 1 if phase == "decode" else prompt, launch, preset)
+                    kv + 1 if phase == "decode" else prompt, launch, preset, attrs)
 
 
 def kernel_workload(call: KernelCall) -> Workload:

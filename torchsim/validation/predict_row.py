@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from torchsim.graph.kinds import DType
 from torchsim.hwmodels import get_profile
 from torchsim.hwmodels.gpu import Arch
 from torchsim.lowering.templates import gemm
@@ -27,7 +28,7 @@ from torchsim.lowering.templates.gemm_config import deepgemm_config
 from torchsim.lowering.templates.grouped_gemm import grouped_gemm, load_balance
 from torchsim.sim import KernelResult
 from torchsim.sim.sustained import simulate_sustained
-from torchsim.validation.published import Row, dtype_of
+from torchsim.validation.published import Row, dtype_of, quant_of
 from torchsim.validation.timing import TimingMethod, l2_dirty_bytes, method_for, observed_time_s
 
 KERNEL_CATEGORIES = ("gemm", "attention", "moe_grouped_gemm")
@@ -107,7 +108,9 @@ def in_metric(metric: str, t: float, flops: float, dram_bytes: float) -> float:
 # ---------------------------------------------------------------- per category: row -> kernels -> Device
 
 def _gemm(r: Row, hw: Any, quick: bool, tune: bool = False) -> Device | Skip:
-    dtype = dtype_of(r.dtype)
+    dtype, quant = dtype_of(r.dtype), quant_of(r.dtype)
+    if quant:  # a block-scaled FP4 GEMM (torchao's nvfp4 recipe: cuBLAS block-scaled MMA), in the format's template
+        dtype = DType.FP4_E2M1
     p = r.params
     m, n, k, batch = p.get("M"), p.get("N"), p.get("K"), p.get("batch", 1)
     if dtype is None or not (m and n and k):
@@ -115,13 +118,16 @@ def _gemm(r: Row, hw: Any, quick: bool, tune: bool = False) -> Device | Skip:
     if quick and 2.0 * batch * m * n * k > QUICK_FLOPS:
         return Skip("quick", quiet=True)
     cfg = None
-    if tune:  # simulated autotuning: the fastest of a bounded set of valid configurations (the default among them)
+    if tune and not quant:  # simulated autotuning: the fastest of a bounded set of valid configurations (the default
+        # among them); a quantised format keeps its kernels' own tiles
         from torchsim.lowering.templates.tune import tune_gemm
         cfg = tune_gemm(m, n, k, dtype, hw, batch, shared_b=False, sim=simulate_kernel).best
     elif "deepgemm" in r.workload.lower() and dtype.is_fp8 and hw.arch is Arch.SM90:
         cfg = deepgemm_config(m, n, k, dtype, hw)  # the row's library picks its tiles by its own rules
-    res = simulate_kernel(gemm(m, n, k, dtype, hw, cfg, batch=batch, shared_b=False), hw)
-    dt = dtype.name.lower()
+    if quant and not hw.supports(dtype):
+        return Skip(f"{quant} on {hw.name}: no FP4 tensor cores")
+    res = simulate_kernel(gemm(m, n, k, dtype, hw, cfg, batch=batch, shared_b=False, quant=quant), hw)
+    dt = quant or dtype.name.lower()
     return Device(f"{hw.name} {dt}", ((res.time_s, res.flops, res.dram_bytes),), res.bound,
                   (dt, f"{batch}x{m}x{n}x{k}"))
 

@@ -131,8 +131,15 @@ def rows(category: str, path: Path | None = None) -> list[Row]:
     return [r for r in read_rows(path) if r.category == category]
 
 
+def quant_of(text: str) -> str:
+    """The quantised format (torchsim.lowering.quant) a row's dtype text names ("" for none): nvfp4, mxfp4."""
+    t = text.lower()
+    return "nvfp4" if "nvfp4" in t else "mxfp4" if "mxfp4" in t else ""
+
+
 def dtype_of(text: str) -> DType | None:
-    """The GEMM input dtype a row's dtype text names (None for formats torchsim does not model, e.g. fp4)."""
+    """The GEMM input dtype a row's dtype text names (None for formats torchsim does not model, e.g. fp4; the
+    block-scaled FP4 formats are `quant_of`'s)."""
     t = text.lower()
     if "fp4" in t:
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torchsim.cli import UsageError, int_in
+from torchsim.cli import UsageError, add_quant_option, int_in
 from torchsim.cli.kernel import MAX_EVENTS, add_common, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
@@ -38,6 +38,9 @@ def register(sub: Any) -> None:
                    "them), report each and run the fastest")
     p.add_argument("--tune-budget", type=int_in(1, 256), default=None,
                    help="candidates --tune simulates (default 24)")
+    add_quant_option(p, "B (the weights) in a quantised format: w8a16 / w4a16 (dequantised in the main loop; "
+                     "--dtype is the MMA dtype, bf16 or fp16), w8a8 (int8 MMA), fp8, fp8-block, nvfp4 / mxfp4 "
+                     "(block-scaled FP4, B200); the MMA dtype follows the format")
     t = p.add_argument_group("Tenstorrent profiles (wormhole-*, blackhole-*)")
     t.add_argument("--fidelity", default=None, help="math fidelity: LoFi, HiFi2, HiFi3, HiFi4 (default: the "
                    "weight format's usual one)")
@@ -54,6 +57,20 @@ def register(sub: Any) -> None:
 TENSIX_ONLY = ("fidelity", "grid", "in1_dtype", "out_dtype")
 
 
+def quant_of(args: argparse.Namespace, hw: Any) -> str:
+    """The --quant format ("" for none); a format `hw` cannot run is a usage error naming what it has."""
+    name = getattr(args, "quant", None)
+    if not name or name == "none":
+        return ""
+    from torchsim.lowering.quant import check_supported, parse
+
+    try:
+        check_supported(parse(name), hw)
+    except ValueError as exc:
+        raise UsageError(f"--quant {name}: {exc}") from None
+    return str(name)
+
+
 def _run(args: argparse.Namespace) -> int:
     for d in ("m", "n", "k", "batch"):
         positive(d, getattr(args, d))
@@ -67,6 +84,11 @@ def _run(args: argparse.Namespace) -> int:
                          f"which extrapolates large GEMMs")
     hw = get_profile(args.hw)
     dtype = DType.parse(args.dtype)
+    quant = quant_of(args, hw)
+    if quant:
+        from torchsim.lowering.quant import parse
+
+        dtype = parse(quant).mma_dtype(dtype)
     if hw.arch is Arch.TENSIX:
         return _run_tensix(args, hw, dtype)
     given = [f"--{o.replace('_', '-')}" for o in TENSIX_ONLY if getattr(args, o) is not None]
@@ -74,9 +96,12 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"{', '.join(given) or '--program'} applies to Tenstorrent profiles; {hw.name} is a GPU "
                          "(use --tile/--stages/--variant there)")
     if args.tune:
+        if quant:
+            raise UsageError(f"--tune autotunes unquantised GEMMs; --quant {quant} takes its kernels' own tiles "
+                             "(drop one of them)")
         return _run_tuned(args, hw, dtype)
     pipe = Pipeline.parse(args.variant) if args.variant else None
-    cfg: GemmConfig = default_config(args.m, args.n, args.k, dtype, hw, args.batch, pipe)
+    cfg: GemmConfig = default_config(args.m, args.n, args.k, dtype, hw, args.batch, pipe, quant=quant)
     changes: dict[str, Any] = {}
     if args.tile:
         try:
@@ -92,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         from dataclasses import replace
         cfg = replace(cfg, **changes)
     kg = gemm(args.m, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), batch=args.batch,
-              tiles_per_cta=args.tiles_per_cta)
+              tiles_per_cta=args.tiles_per_cta, quant=quant)
     units = len(work_units(args.batch, args.m, args.n, args.k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, 8))
     run_and_report(kg, args, {"output_tiles": units})
     return 0

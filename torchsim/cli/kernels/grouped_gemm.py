@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torchsim.cli import UsageError
+from torchsim.cli import UsageError, add_quant_option
 from torchsim.cli.kernel import add_common, emit_outputs, positive, report, simulate_for
+from torchsim.cli.kernels.gemm import quant_of
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
@@ -32,6 +33,8 @@ def register(sub: Any) -> None:
                    help="pipeline organisation (default: the architecture's usual one)")
     p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue])
     p.add_argument("--seed", type=int, default=0, help="seed of the random routing patterns")
+    add_quant_option(p, "the experts' weights in a quantised format (as `kernel gemm --quant`; the MMA dtype follows "
+                     "the format)")
     add_common(p)
     p.set_defaults(func=_run)
 
@@ -62,9 +65,15 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError("give --tokens and --top-k together (they check that the counts sum to tokens x top-k)")
     hw = get_profile(args.hw)
     dtype = DType.parse(args.dtype)
-    cfg = grouped_config(counts, args.n, args.k, dtype, hw, Pipeline.parse(args.variant)) if args.variant else None
+    quant = quant_of(args, hw)
+    if quant:
+        from torchsim.lowering.quant import parse
+
+        dtype = parse(quant).mma_dtype(dtype)
+    cfg = grouped_config(counts, args.n, args.k, dtype, hw, Pipeline.parse(args.variant), quant) \
+        if args.variant else None
     kg = grouped_gemm(counts, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), tokens=tokens,
-                      top_k=top_k)
+                      top_k=top_k, quant=quant)
     res = simulate_for(kg, args)
     balance = load_balance(res)
     report(res, kg, args, {"tokens_per_expert": counts, "load_balance": balance})

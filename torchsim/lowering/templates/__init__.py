@@ -32,7 +32,11 @@ def register(kind: KernelKind) -> Callable[[Builder], Builder]:
 @register(KernelKind.GEMM)
 def _gemm_call(call: KernelCall, hw: Any) -> KernelGraph:
     variant = call.p("variant", "")
+    quant = str(call.p("quant", ""))  # a quantised weight format (lowering.quant), "" for none
     cfg = None
+    if call.p("tune", False) and quant:
+        raise ValueError(f"GEMM call {call.name!r}: tune=True autotunes unquantised GEMMs; quant={quant!r} takes its "
+                         "kernels' own tiles")
     if call.p("tune", False):  # simulated autotuning (tune.py), memoised per shape and profile
         if variant:
             raise ValueError(f"GEMM call {call.name!r}: tune=True chooses the variant itself; drop variant={variant!r}")
@@ -42,10 +46,11 @@ def _gemm_call(call: KernelCall, hw: Any) -> KernelGraph:
                         shared_b=bool(call.p("shared_b", True))).best
     elif variant:
         pipe = Pipeline.parse(variant)
-        cfg = default_config(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, call.p("batch", 1), pipe)
+        cfg = default_config(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, call.p("batch", 1), pipe,
+                             quant=quant)
     return gemm(call.p("m"), call.p("n"), call.p("k"), call.dtype, hw, cfg,
                 Epilogue.parse(call.p("epilogue", "none")), batch=call.p("batch", 1),
-                shared_b=bool(call.p("shared_b", True)))
+                shared_b=bool(call.p("shared_b", True)), quant=quant)
 
 
 for _module in (grouped_gemm, norms, elementwise, reductions, attention_calls):  # MoE, memory-bound, attention

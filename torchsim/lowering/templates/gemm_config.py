@@ -11,6 +11,12 @@ from enum import Enum
 
 from torchsim.graph.kinds import DType
 from torchsim.hwmodels.gpu import Arch, GpuProfile
+from torchsim.lowering.quant import QuantFormat, parse
+
+
+def quant_format(name: str) -> QuantFormat | None:
+    """The format a config's `quant` names (None for "")."""
+    return parse(name) if name else None
 
 
 class Pipeline(Enum):
@@ -72,6 +78,9 @@ class GemmConfig:
     # sm90 FP8 with DeepGEMM's fine-grained scaling: per tile the math warp groups load the B scales (LDG ->
     # shared memory) and synchronise before the mainloop, and store the tile once both have staged it
     block_scales: bool = False
+    # a quantised weight/activation format (torchsim.lowering.quant: "w4a16", "nvfp4", ...): B holds the format's
+    # weights (+ scales), weight-only formats dequantise B in the main loop; "" = both operands in the MMA dtype
+    quant: str = ""
 
     def __post_init__(self) -> None:
         for name in ("bm", "bn", "bk", "stages", "b_split", "split_k", "warps", "raster_group"):
@@ -88,12 +97,24 @@ class GemmConfig:
                              f"or two splitting bm >= 128, got bm={self.bm}")
 
     def smem_bytes(self, dtype: DType) -> int:
+        """Shared memory of the pipeline's stages (+ the C staging tile) for MMA dtype `dtype`. With a quantised
+        format (`quant`) B holds the format's weight elements, block-scaled MMAs add their scale factors per stage,
+        and a weight-only kernel on sm100 (whose MMA reads both operands from shared memory) also holds each
+        stage's B dequantised to `dtype`."""
         a = self.bm * self.bk
         b = self.bn * self.bk // self.b_split * self.b_split  # the full B tile lands in each CTA's smem
         if self.pipeline is Pipeline.WS_PINGPONG:
             a, b = self.bm * self.bk // 2, self.bn * self.bk  # one buffer holds one consumer's sub-tile
         epi = self.bm * self.bn * 2 if self.pipeline is not Pipeline.SM80_MULTISTAGE else 0
-        return int((a + b) * dtype.nbytes * self.stages + epi)
+        fmt = quant_format(self.quant)
+        if fmt is None:
+            return int((a + b) * dtype.nbytes * self.stages + epi)
+        b_bytes = fmt.weight.nbytes + (dtype.nbytes if fmt.weight_only and self.pipeline is Pipeline.SM100_TCGEN05
+                                       else 0.0)
+        sf = 0.0
+        if fmt.block_scaled_mma:
+            sf = fmt.act_scale_bytes(self.bm, self.bk) + fmt.weight_scales(self.bk, self.bn) * fmt.w_scale_bytes
+        return int((a * dtype.nbytes + b * b_bytes + sf) * self.stages + epi)
 
     @property
     def consumers(self) -> int:
@@ -111,14 +132,18 @@ class GemmConfig:
         if self.pipeline is Pipeline.WS_3STAGE:
             return 512
         if self.pipeline is Pipeline.SM100_TCGEN05:
-            return 192
+            fmt = quant_format(self.quant)
+            return 384 if fmt is not None and fmt.weight_only else 192  # + a transform warp group (warps 8-11)
         return 384
 
 
 def default_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int = 1,
-                   pipeline: Pipeline | None = None) -> GemmConfig:
+                   pipeline: Pipeline | None = None, quant: str = "") -> GemmConfig:
     """The tile configuration a tuned library would pick: large tiles for large problems, split-K when the
-    output has too few tiles to fill the SMs, and the largest pipeline depth that fits shared memory."""
+    output has too few tiles to fill the SMs, and the largest pipeline depth that fits shared memory. With a
+    quantised format (`quant`), the tiles the format's kernels use (`quant_config`)."""
+    if quant:
+        return quant_config(m, n, k, dtype, hw, batch, pipeline, quant)
     allowed = ARCH_PIPELINES.get(hw.arch)
     if allowed is None:
         raise ValueError(f"no GPU GEMM template for architecture {hw.arch.value} of {hw.name}")
@@ -126,9 +151,10 @@ def default_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: 
         raise ValueError(f"GEMM variant {pipeline.value} needs units {hw.name} ({hw.arch.value}) lacks; "
                          f"valid here: {', '.join(p.value for p in allowed)}")
     pipe = pipeline or allowed[0]
-    bk = 128 if dtype.is_fp8 else 64
+    bk = 128 if dtype.is_fp8 or dtype is DType.INT8 else 256 if dtype is DType.FP4_E2M1 else 64  # 128 B of K
     if hw.arch is Arch.SM80:
         bm, bn, bk = (128, 256, 32) if m > 64 else (64, 128, 64)
+        bk = bk * 2 if dtype is DType.INT8 else bk  # the same bytes of K per stage as bf16
         cfg = GemmConfig(bm, bn, bk, 3, pipe, persistent=False, warps=8 if m > 64 else 4)
     elif hw.arch is Arch.SM90:
         small = m <= 64 and pipe in (Pipeline.NAIVE_2STAGE, Pipeline.WS_COOPERATIVE)
@@ -210,3 +236,30 @@ def deepgemm_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, groups
     while cfg.stages > 2 and cfg.smem_bytes(dtype) > limit:
         cfg = replace(cfg, stages=cfg.stages - 1)
     return cfg
+
+
+def quant_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int, pipeline: Pipeline | None,
+                 quant: str) -> GemmConfig:
+    """Tiles of a quantised GEMM (MMA dtype `dtype`, weights in format `quant`).
+
+    Weight-only formats at decode sizes (M <= 64) take the small-batch tiles of their kernels: on sm80 Marlin's
+    (16-row MMA blocks per 16 tokens, thread_k 128 x thread_n 128, 256 threads, 4 stages: lowering.quant's
+    MARLIN_CONFIGS), on sm90 Machete's 128-weight-row x 16..64-token tile on the one-warp-group pipeline (its A/B
+    swap puts the weights on wgmma's M side: the tokens are N, so they are not padded to 64 rows), on sm100 the
+    same swapped tile on the tcgen05 pipeline with a transform warp group (assumed); FP8 with 128x128
+    block scales on sm90 takes DeepGEMM's configuration (deepgemm_config); the rest the default heuristic for the
+    MMA dtype (FP4 takes BK = 256: 128 bytes of K as bf16's 64)."""
+    fmt = parse(quant)
+    small = m <= 64 and pipeline is None
+    if fmt.weight_only and small and hw.arch is Arch.SM80:
+        cfg = GemmConfig(16 * math.ceil(m / 16), 128, 128, 4, Pipeline.SM80_MULTISTAGE, persistent=False, warps=8,
+                         quant=quant)
+        return fit_config(cfg, m, n, k, dtype, hw, batch)
+    if fmt.weight_only and small and hw.arch in (Arch.SM90, Arch.SM100):  # the same swapped 128 x tokens tile
+        pipe = Pipeline.NAIVE_2STAGE if hw.arch is Arch.SM90 else Pipeline.SM100_TCGEN05
+        cfg = GemmConfig(16 * math.ceil(m / 16), 128, 64, 4, pipe, persistent=True, quant=quant)
+        return fit_config(cfg, m, n, k, dtype, hw, batch)
+    if fmt.name == "fp8-block" and hw.arch is Arch.SM90 and m > 64 and pipeline is None and batch == 1:
+        return replace(deepgemm_config(m, n, k, dtype, hw), quant=quant)
+    cfg = replace(default_config(m, n, k, dtype, hw, batch, pipeline), quant=quant)
+    return fit_config(cfg, m, n, k, dtype, hw, batch)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from torchsim.graph import DType, GraphBuilder, Op, Space, TileDesc, Unit, aff
 from torchsim.hwmodels.gpu import mma_datapath_flop
+from torchsim.lowering.quant import QuantFormat
 from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig
 
 
@@ -28,6 +29,21 @@ class GemmWriter:
     # per execution group: its last TMA store of C, whose shared-memory buffer that group reuses next
     last_store: dict[int, int] = field(default_factory=dict)
     last_sts: dict[int, int] = field(default_factory=dict)  # per execution group: its last staging of C
+    # a quantised format (cfg.quant): B's element type and scales; weight-only formats dequantise B in the main
+    # loop (`dequant_work`: FMA-pipe work per weight element, lowering.quant.dequant_fma_work); `swap_ab`: the
+    # weights are the MMA's M side and the tokens its N (Machete swaps A and B on sm90; on sm90 the weights are
+    # wgmma's register operand)
+    quant: QuantFormat | None = None
+    dequant_work: float = 0.0
+    swap_ab: bool = False
+
+    @property
+    def b_dtype(self) -> DType:
+        return self.quant.weight if self.quant is not None else self.dtype
+
+    @property
+    def weight_only(self) -> bool:
+        return self.quant is not None and self.quant.weight_only
 
     # -- operands -----------------------------------------------------------------------------------------
     def _load(self, group: int, tile: TileDesc, name: str, landed: float = 0.0) -> int:
@@ -45,7 +61,7 @@ class GemmWriter:
     def load_b(self, group: int, t: int, i: int) -> int:
         cfg = self.cfg
         s = cfg.b_split
-        tile = TileDesc(Space.GLOBAL, self.dtype, (cfg.bn // s, cfg.bk), "B",
+        tile = TileDesc(Space.GLOBAL, self.b_dtype, (cfg.bn // s, cfg.bk), "B",
                         (aff(0, **{f"nb{t}": s, f"r{t}": 1}), aff(i, **{f"k{t}": 1})))
         multicast = self.async_copy and self.multicast_b
         return self._load(group, tile, f"load_B[t{t},k{i}]", landed=tile.nbytes * s if multicast else 0.0)
@@ -70,8 +86,14 @@ class GemmWriter:
         multicast (sm90) the whole B tile sits in this CTA's shared memory; in a tcgen05 CTA pair each SM
         holds and reads only its share of B."""
         b_cols = cols if self.multicast_b else cols / self.cfg.b_split
-        operands = (rows + b_cols) * self.cfg.bk * self.dtype.nbytes if smem_operands else 0.0
+        # B is read as stored (FP8/INT8/FP4 formats), or as dequantised to the MMA dtype (weight-only, sm100);
+        # with swap_ab the weights come from registers and only the activations from shared memory
+        b_regs = self.swap_ab and self.multicast_b  # sm90: wgmma's A operand from registers
+        b_bytes = 0.0 if b_regs else self.dtype.nbytes if self.weight_only else self.b_dtype.nbytes
+        operands = (rows * self.dtype.nbytes + b_cols * b_bytes) * self.cfg.bk if smem_operands else 0.0
         work = mma_datapath_flop(rows, cols, self.cfg.bk, self.datapath_rows)
+        if self.swap_ab:  # MMA M = the weight rows (cols), N = the tokens padded to the MMA's N step of 8
+            work = mma_datapath_flop(cols, -(-rows // 8) * 8, self.cfg.bk, self.datapath_rows)
         node = self.b.node(group, Op.MMA, Unit.TENSOR, work=work, name=name, smem_bytes=operands)
         self._store_drained(group, node)
         return node
@@ -112,6 +134,66 @@ class GemmWriter:
         sts = self.b.node(group, Op.STS, Unit.LDST, work=dst.nbytes, tile=dst, name=f"sts_scales_b[t{t}]")
         self.b.data(ld, sts)
         return sts
+
+    # -- quantised formats ------------------------------------------------------------------------------------
+    def scale_loads(self, group: int, t: int, i: int) -> list[int]:
+        """Stage i's scale loads: a weight-only format's group scales of B (one row of bn fp16 scales per 128 of
+        K, loaded on the stage a group starts), and a block-scaled format's scale factors of A and B (bm and bn
+        rows of bk / group bytes). DeepGEMM's B scales (cfg.block_scales) are loaded per tile by scales_b instead;
+        its A scales (bm fp32 per 128 of K) arrive with each stage."""
+        fmt, cfg = self.quant, self.cfg
+        if fmt is None:
+            return []
+        out = []
+        kcoord = aff(i, **{f"k{t}": 1})
+        gk = fmt.w_group[0]
+        b_scaled = fmt.weight_only or fmt.block_scaled_mma or (gk and not cfg.block_scales)
+        if b_scaled and gk and (cfg.bk >= gk or (i * cfg.bk) % gk == 0):
+            rows = max(1, cfg.bk // gk)
+            cols = max(1, -(-cfg.bn // fmt.w_group[1])) if fmt.w_group[1] else 1
+            dt = DType.FP16 if fmt.w_scale_bytes == 2 else DType.FP32 if fmt.w_scale_bytes == 4 else DType.INT8
+            tile = TileDesc(Space.GLOBAL, dt, (rows, cols), "scales_w", (kcoord, aff(**{f"nb{t}": 1})))
+            out.append(self._load(group, tile, f"load_scales_w[t{t},k{i}]"))
+        if fmt.a_group:
+            dt = DType.FP32 if fmt.a_scale_bytes == 4 else DType.INT8
+            tile = TileDesc(Space.GLOBAL, dt, (cfg.bm, max(1, cfg.bk // fmt.a_group)), "scales_a",
+                            (aff(**{f"m{t}": 1}), kcoord))
+            out.append(self._load(group, tile, f"load_scales_a[t{t},k{i}]"))
+        return out
+
+    def dequant(self, group: int, t: int, i: int, after: list[int], share: float = 1.0,
+                to_smem: bool = False) -> int:
+        """Dequantise this stage's weights (a `share` of the B tile) for a weight-only MMA: read the packed tile
+        from shared memory into registers (LDS), convert and scale on the CUDA cores (FMA pipe; the integer half on
+        the INT32 pipe, lowering.quant.dequant_fma_work), and with `to_smem` write the converted tile back for an
+        MMA that reads shared memory (sm100). Returns the node the MMA waits for."""
+        b, cfg = self.b, self.cfg
+        elems = cfg.bn * cfg.bk * share
+        packed = TileDesc(Space.SHARED, self.b_dtype, (max(1, int(cfg.bn * share)), cfg.bk), "B_smem")
+        lds = b.node(group, Op.LDS, Unit.LDST, work=elems * self.b_dtype.nbytes, tile=packed, name=f"lds_W[t{t},k{i}]")
+        for node in after:
+            b.data(node, lds)
+        cvt = b.node(group, Op.ELEMENTWISE, Unit.FMA, work=elems * self.dequant_work, name=f"dequant_W[t{t},k{i}]")
+        b.data(lds, cvt)
+        if not to_smem:
+            return cvt
+        out = TileDesc(Space.SHARED, self.dtype, (max(1, int(cfg.bn * share)), cfg.bk), "W_smem")
+        sts = b.node(group, Op.STS, Unit.LDST, work=elems * self.dtype.nbytes, tile=out, name=f"sts_W[t{t},k{i}]")
+        b.data(cvt, sts)
+        return sts
+
+    def scale_factors_to_tmem(self, group: int, t: int, i: int, sf_loads: list[int]) -> int:
+        """tcgen05.cp of a block-scaled stage's scale factors from shared memory into TMEM, where the block-scaled
+        MMA reads them (CUTLASS's sm100 block-scaled mainloop copies SFA/SFB before each MMA)."""
+        fmt, cfg = self.quant, self.cfg
+        assert fmt is not None
+        nbytes = fmt.act_scale_bytes(cfg.bm, cfg.bk) + fmt.weight_scales(cfg.bk, cfg.bn) * fmt.w_scale_bytes
+        tile = TileDesc(Space.TMEM, DType.INT8, (cfg.bm + cfg.bn, max(1, int(nbytes) // (cfg.bm + cfg.bn))),
+                        "scale_factors")
+        cp = self.b.node(group, Op.TMEM_STORE, Unit.TMEM, work=nbytes, tile=tile, name=f"tcgen05_cp_sf[t{t},k{i}]")
+        for ld in sf_loads:
+            self.b.data(ld, cp)
+        return cp
 
     # -- epilogue -----------------------------------------------------------------------------------------
     def epilogue_nodes(self, group: int, t: int, rows: int, sub: int, parts: int, after: list[int],

@@ -25,8 +25,8 @@ import numpy as np
 from torchsim.graph import CtaClass, DType, KernelGraph
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.templates.gemm import _regs, _write_cta, check_dims
-from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
+from torchsim.lowering.templates.gemm import _regs, _write_cta, check_dims, check_quant, gemm_out_dtype
+from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config, quant_format
 from torchsim.lowering.templates.memory_bound import resident_ctas
 from torchsim.lowering.templates.tiling import WorkUnit, cta_classes
 
@@ -66,13 +66,13 @@ def check_routing(tokens_per_expert: Any, tokens: int | None = None, top_k: int 
 
 
 def grouped_config(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType, hw: GpuProfile,
-                   pipeline: Pipeline | None = None) -> GemmConfig:
+                   pipeline: Pipeline | None = None, quant: str = "") -> GemmConfig:
     """The dense GEMM heuristic at the mean rows of an active expert, persistent, without split-K or B sharing
-    (a cluster's CTAs could straddle two experts)."""
+    (a cluster's CTAs could straddle two experts); `quant`: the experts' weight format (lowering.quant)."""
     active = [c for c in tokens_per_expert if c > 0]
     m_mean = max(1, math.ceil(sum(active) / max(1, len(active))))
-    cfg = default_config(m_mean, n, k, dtype, hw, 1, pipeline)
-    return replace(cfg, persistent=True, split_k=1, b_split=1)
+    cfg = default_config(m_mean, n, k, dtype, hw, 1, pipeline, quant=quant)
+    return replace(cfg, persistent=True, split_k=1, b_split=1, block_scales=False)
 
 
 def grouped_units(tokens_per_expert: Sequence[int], n: int, k: int, cfg: GemmConfig) -> tuple[list[WorkUnit],
@@ -94,19 +94,23 @@ def grouped_units(tokens_per_expert: Sequence[int], n: int, k: int, cfg: GemmCon
 
 def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType, hw: GpuProfile,
                  cfg: GemmConfig | None = None, epilogue: Epilogue = Epilogue.NONE, *, tokens: int | None = None,
-                 top_k: int | None = None) -> KernelGraph:
+                 top_k: int | None = None, quant: str = "") -> KernelGraph:
     """Y_e[M_e, n] = X_e[M_e, k] @ W_e[k, n] for every expert e with M_e = tokens_per_expert[e] (FP32 accumulation;
-    FP8 inputs write BF16). `tokens`/`top_k`, when given, are checked against the counts."""
+    FP8 inputs write BF16). `tokens`/`top_k`, when given, are checked against the counts. `quant`: the experts'
+    weights in a quantised format (lowering.quant; `dtype` is the MMA dtype, as for templates.gemm)."""
     counts = check_routing(tokens_per_expert, tokens, top_k)
     check_dims(n=n, k=k)
+    fmt = quant_format(quant or (cfg.quant if cfg is not None else ""))
+    if fmt is not None:
+        check_quant(fmt, dtype, hw)
     if not hw.supports(dtype):
-        raise ValueError(f"grouped_gemm: {hw.name} has no {dtype.name} tensor cores; valid dtypes here: bf16, fp16"
-                         + (", fp8" if hw.supports(DType.FP8_E4M3) else ""))
-    cfg = cfg or grouped_config(counts, n, k, dtype, hw)
+        raise ValueError(f"grouped_gemm: {hw.name} has no {dtype.name} tensor cores; valid dtypes here: "
+                         + ", ".join(hw.tensor_formats()))
+    cfg = cfg or grouped_config(counts, n, k, dtype, hw, quant=quant)
     if cfg.split_k != 1 or cfg.b_split != 1:
         raise ValueError(f"grouped_gemm: config has split_k={cfg.split_k}, b_split={cfg.b_split}; a grouped GEMM "
                          "neither splits K nor shares B tiles across CTAs (valid: 1 and 1)")
-    out_dtype = DType.BF16 if dtype.is_fp8 or dtype is DType.BF16 else dtype
+    out_dtype = gemm_out_dtype(dtype)
     units, m_tiles = grouped_units(counts, n, k, cfg)
     regs = _regs(cfg)
     grid = min(len(units), hw.sms * resident_ctas(hw, cfg.threads(), regs, cfg.smem_bytes(dtype)))
@@ -118,16 +122,18 @@ def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType,
         per_cta += [len(plan.kts)] * int(plan.params.shape[0])
     rows, active = sum(counts), sum(1 for c in counts if c)
     padded = sum(m_tiles) * cfg.bm
+    w_bytes = fmt.weight_bytes(k, n) if fmt is not None else k * n * dtype.nbytes
+    a_scales = fmt.act_scale_bytes(rows, k) if fmt is not None else 0.0
     return KernelGraph(
         name=f"grouped_gemm_{len(counts)}x{rows}x{n}x{k}", classes=tuple(classes), flops=2.0 * rows * n * k,
-        dram_bytes=float(rows * k * dtype.nbytes + active * k * n * dtype.nbytes
+        dram_bytes=float(rows * k * dtype.nbytes + a_scales + active * w_bytes
                          + rows * n * out_dtype.nbytes * (2 if epilogue is Epilogue.RESIDUAL else 1)),
         attrs={"template": f"grouped_gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
                "stages": cfg.stages, "persistent": True, "b_split": 1, "split_k": 1, "epilogue": epilogue.value,
                "dtype": dtype.name.lower(), "n": n, "k": k, "experts": len(counts), "active_experts": active,
                "tokens_per_expert": counts, "m_tiles": m_tiles, "tiles": len(units), "grid": grid,
                "padded_rows": padded, "tile_efficiency": rows / padded,
-               "tiles_per_cta": (min(per_cta), max(per_cta))},
+               "tiles_per_cta": (min(per_cta), max(per_cta)), **({"quant": fmt.name} if fmt is not None else {})},
     )
 
 
@@ -152,12 +158,13 @@ def load_balance(result: Any) -> dict[str, float]:
 def _call(call: KernelCall, hw: Any) -> KernelGraph:
     variant = call.p("variant", "")
     tpe = call.p("tokens_per_expert")
+    quant = str(call.p("quant", ""))
     cfg = grouped_config(check_routing(tpe), call.p("n"), call.p("k"), call.dtype, hw,
-                         Pipeline.parse(variant)) if variant else None
+                         Pipeline.parse(variant), quant) if variant else None
     tokens = call.p("tokens", 0) or None
     top_k = call.p("top_k", 0) or None
     return grouped_gemm(tpe, call.p("n"), call.p("k"), call.dtype, hw, cfg, Epilogue.parse(call.p("epilogue", "none")),
-                        tokens=tokens, top_k=top_k)
+                        tokens=tokens, top_k=top_k, quant=quant)
 
 
 CALLS: dict[KernelKind, Callable[[KernelCall, Any], KernelGraph]] = {KernelKind.GROUPED_GEMM: _call}
