@@ -167,12 +167,36 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
 
     `workers=None` picks min(4, CPUs - 1) when the new work is large (over 100 GFLOP in total), else 1 (on a
     2-core machine shared with other work a second process was measured slower than one). With
-    `disk`, results are read from and written to the on-disk cache.
+    `disk`, results are read from and written to the on-disk cache. Unless `max_events` is EXACT, calls that
+    differ only in a size their time is affine in are simulated at a few sizes and the others interpolated
+    (torchsim.prediction.reuse).
     """
     todo = list({c.key(): c for c in calls if not is_memoised(c, hw, max_events)}.values())
     if disk is not None:
         todo = [c for c in todo if not _from_disk(disk, c, hw, max_events)]
-    todo.sort(key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
+    groups: list[Any] = []
+    if max_events < EXACT and len(todo) >= 3:
+        from torchsim.prediction import reuse
+
+        todo, groups = reuse.plan(todo, hw)
+    _run(todo, hw, max_events, workers, progress, disk)
+    if groups:
+        from torchsim.prediction import reuse
+
+        done, again = reuse.derive(groups, lambda c: _MEMO[memo_key(c, hw, max_events)])
+        for c in {c.key(): c for _, members in groups for _, c in members}.values():
+            if c.key() in done:
+                _store(c, hw, max_events, done[c.key()], disk)
+        _run(again, hw, max_events, workers, progress, disk)
+    return [simulate_call(c, hw, max_events=max_events) for c in calls]  # launches: `simulate_launches`
+
+
+def _run(todo: list[KernelCall], hw: Any, max_events: int, workers: int | None, progress: bool,
+         disk: DiskCache | None) -> None:
+    """Simulate `todo` (none memoised), largest first, on `workers` processes when that pays."""
+    if not todo:
+        return
+    todo = sorted(todo, key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
     if workers is None:
         heavy = sum(work(c)[0] for c in todo) > 1e11
         workers = max(1, min(4, (os.cpu_count() or 1) - 1)) if heavy and len(todo) > 1 else 1
@@ -188,7 +212,6 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
             _store(c, hw, max_events, _simulate(c, hw, max_events), disk)
             bar.update(1)
     bar.close()
-    return [simulate_call(c, hw, max_events=max_events) for c in calls]  # launches: `simulate_launches`
 
 
 def _disk_key(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> str:

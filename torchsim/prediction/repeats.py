@@ -401,7 +401,8 @@ def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None
     if not str(a.get("template", "")).startswith("attention/") or a.get("causal") or len(kg.classes) != 1:
         return None
     shape = AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
-                      int(a["head_dim"]), False, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0))
+                      int(a["head_dim"]), False, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0),
+                      softcap=float(a.get("softcap", 0.0) or 0.0))  # the truncated instances keep the soft-capping
     if cfg is None:
         cfg = dc_replace(default_config(shape, hw, AttnVariant.parse(str(a["variant"]))), bm=int(a["bm"]),
                          bn=int(a["bn"]), stages=int(a["stages"]))

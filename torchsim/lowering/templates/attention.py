@@ -68,7 +68,8 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
                "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
                "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
                "dtype": shape.dtype.name.lower(), "query_blocks": mblocks,
-               **({"window": shape.binding_window} if shape.binding_window else {})},
+               **({"window": shape.binding_window} if shape.binding_window else {}),
+               **({"softcap": shape.softcap} if shape.softcap else {})},  # (truncated instances rebuild it)
     )
 
 
