@@ -9,8 +9,9 @@ large to simulate cheaply is simulated at truncated sizes of each repeating dime
   per iteration drifts slowly with their length (L2 reuse), s = 1 wave for grids). The extrapolation to `full` from the
   first two samples and from the last two must agree within `TOLERANCE` of the value (the increments per repeat
   agree: steady state); the result is the last two's. Where they do not agree, the window slides one step later
-  (at most `MAX_SLIDES` times, and only while its samples cost well under the full dimension) and, failing
-  that, the dimension is simulated at its full size.
+  (at most `MAX_SLIDES` times), then its spacing doubles from the start (a cost repeating with a longer period),
+  only while its samples cost well under the full dimension, and failing that the dimension is simulated at its
+  full size.
 - Dimensions nest (waves outside, K or K/V inside): each sample of the outer dimension is itself extrapolated in
   the inner one, so a kernel costs at most 3 x 3 small simulations however large it is.
 - What is extrapolated: cycles, DRAM bytes, per-unit busy work, stall cycles and node events, each linearly in
@@ -114,6 +115,24 @@ def _line(v1: dict[str, float], v2: dict[str, float], x1: int, x2: int, x: int) 
     return {k: max(0.0, v2.get(k, 0.0) + (v2.get(k, 0.0) - v1.get(k, 0.0)) * (x - x2) / (x2 - x1)) for k in keys}
 
 
+def _windows(d: Dim) -> list[tuple[int, int]]:
+    """(first sample, spacing) of the windows tried in turn: the window at the dimension's start, slid one step
+    later at a time (`MAX_SLIDES`: a fill not yet over), then from the start at twice, four times, ... the spacing
+    (a cost that repeats with a longer period than the spacing: a persistent GEMM whose raster groups of tiles
+    span more than one wave), each only while its samples cost under `WORTH` of the full dimension."""
+    out: list[tuple[int, int]] = []
+    a, st = d.start, d.step
+    for i in range(MAX_SLIDES + 1):
+        if 3 * (a + i * st + st) > WORTH * d.full:
+            return out
+        out.append((a + i * st, st))
+    st *= 2
+    while 3 * (a + st) <= WORTH * d.full:
+        out.append((a, st))
+        st *= 2
+    return out
+
+
 class Extrapolator:
     """Runs a family's truncated instances with `run(kernel_graph, l2_share) -> KernelResult` and extrapolates them.
 
@@ -177,10 +196,7 @@ class Extrapolator:
     def _extrapolate(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
                      ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
         d, rest = dims[0], dims[1:]
-        a, st = d.start, d.step
-        for _ in range(MAX_SLIDES + 1):
-            if 3 * (a + st) > WORTH * d.full:  # larger samples would cost about as much as the full dimension
-                break
+        for a, st in _windows(d):
             xs = (a, a + st, a + 2 * st)
             (v1, _, _, _), (v2, _, rs, rr), (v3, r3, _, _) = (self._measure(run, rest, {**sizes, d.name: x})
                                                               for x in xs)
@@ -191,7 +207,6 @@ class Extrapolator:
                 self.outcome.sizes[d.name] = max(self.outcome.sizes.get(d.name) or xs, xs)
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
                 return e23, r3, rs, rr
-            a += st  # not yet steady: slide the window by one step (the two later samples are reused)
         self.outcome.full_dims.add(d.name)
         return self._measure(run, rest, {**sizes, d.name: d.full})
 
