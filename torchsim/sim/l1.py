@@ -9,9 +9,9 @@ warp missed and whose lines were evicted.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable
-from itertools import product
+from itertools import islice, product
 from typing import Any, Protocol
 
 from torchsim.hwmodels.quantity import Quantity, measured
@@ -70,6 +70,16 @@ class L1Cache:
         missed = 0
         if obs is None:
             move, evict, capacity = cache.move_to_end, cache.popitem, self.capacity
+            if cache.keys().isdisjoint(lines):
+                fresh = dict.fromkeys(lines, owner)
+                if len(fresh) == len(lines):  # distinct new lines (a tile's): appending them all, then dropping
+                    # the oldest down to capacity, leaves the LRU order that one line at a time leaves
+                    cache.update(fresh)
+                    over = len(cache) - capacity
+                    if over > 0:  # the oldest `over` lines, dropped without a Python step per line
+                        deque(map(cache.__delitem__, list(islice(cache, over))), maxlen=0)
+                    self.misses += len(lines)
+                    return len(lines)
             for ln in lines:
                 if ln in cache:
                     move(ln)
