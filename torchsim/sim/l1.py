@@ -70,6 +70,10 @@ class L1Cache:
         missed = 0
         if obs is None:
             move, evict, capacity = cache.move_to_end, cache.popitem, self.capacity
+            if all(map(cache.__contains__, lines)):  # every line hits: each moves to the young end, in order
+                deque(map(move, lines), maxlen=0)
+                self.hits += len(lines)
+                return 0
             if cache.keys().isdisjoint(lines):
                 fresh = dict.fromkeys(lines, owner)
                 if len(fresh) == len(lines):  # distinct new lines (a tile's): appending them all, then dropping
