@@ -119,7 +119,8 @@ def _windows(d: Dim) -> list[tuple[int, int]]:
     """(first sample, spacing) of the windows tried in turn: the window at the dimension's start, slid one step
     later at a time (`MAX_SLIDES`: a fill not yet over), then from the start at twice, four times, ... the spacing
     (a cost that repeats with a longer period than the spacing: a persistent GEMM whose raster groups of tiles
-    span more than one wave), each only while its samples cost under `WORTH` of the full dimension."""
+    span more than one wave), each only while its samples cost under `WORTH` of the full dimension (the wider
+    ones: with the samples already run, `Extrapolator._extrapolate`)."""
     out: list[tuple[int, int]] = []
     a, st = d.start, d.step
     for i in range(MAX_SLIDES + 1):
@@ -196,8 +197,12 @@ class Extrapolator:
     def _extrapolate(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
                      ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
         d, rest = dims[0], dims[1:]
-        for a, st in _windows(d):
+        used: set[int] = set()
+        for i, (a, st) in enumerate(_windows(d)):
             xs = (a, a + st, a + 2 * st)
+            if i > MAX_SLIDES and sum(used | set(xs)) > WORTH * d.full:
+                break  # a wider window, on top of the samples run so far, would cost about the full dimension
+            used |= set(xs)
             (v1, _, _, _), (v2, _, rs, rr), (v3, r3, _, _) = (self._measure(run, rest, {**sizes, d.name: x})
                                                               for x in xs)
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
