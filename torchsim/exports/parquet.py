@@ -108,7 +108,8 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
            lambda r, k: k.roofline_fallback, False),
     Column("method", pa.string(), "how the duration was obtained: exact (simulated in full), extrapolated-<dims> "
            "(truncated instances of the repeating dimensions waves, k or kv, torchsim.prediction.repeats), "
-           "roofline: <why>, interpolated from decode steps A and B", lambda r, k: k.method),
+           "roofline: <why>, interpolated-<dim> (a call between simulated calls that differ only in that size: "
+           "kv_blocks, m; torchsim.prediction.reuse), interpolated from decode steps A and B", lambda r, k: k.method),
 )
 
 NODE_COLUMNS: tuple[Column, ...] = (
