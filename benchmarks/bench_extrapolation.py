@@ -2,7 +2,8 @@
 
     python benchmarks/bench_extrapolation.py --corpus     error of each corpus kernel vs its full simulation
     python benchmarks/bench_extrapolation.py --walls      cold wall time + peak memory of the large cases
-    python benchmarks/bench_extrapolation.py              both
+    python benchmarks/bench_extrapolation.py --reuse      calls interpolated along one size vs their full simulation
+    python benchmarks/bench_extrapolation.py              all three
 
 The corpus (>= 40 kernels: GEMM, grouped GEMM, FA2/FA3/FA4 prefill, Flash-Decoding, FlashMLA, RMSNorm on the four
 GPUs, and Tensix matmuls) is sized so that a full simulation is feasible. Each kernel is simulated twice through
@@ -107,6 +108,47 @@ def run_corpus(budget: int, only: str | None) -> list[dict[str, Any]]:
     return rows
 
 
+def reuse_groups() -> list[tuple[str, str, list[KernelCall]]]:
+    """Calls that differ in one size (torchsim.prediction.reuse): decode attention over the KV length, decode
+    GEMMs over M below the tile height."""
+    out = []
+    for hw in GPUS:
+        out.append(("flash-decoding b8 h32x8 kv 2049..8000", hw,
+                    [KernelCall.make(KernelKind.ATTENTION_DECODE, batch=8, heads_q=32, heads_kv=8, seq_q=1, seq_kv=kv,
+                                     head_dim=128) for kv in range(2049, 8001, 350)]))
+        out.append(("decode gemm m 1..64 n4096 k4096", hw,
+                    [KernelCall.make(KernelKind.GEMM, m=m, n=4096, k=4096) for m in (1, 2, 4, 8, 16, 24, 32, 48, 64)]))
+    return out
+
+
+def run_reuse(only: str | None) -> list[dict[str, Any]]:
+    from torchsim.prediction.kernel_sim import simulate_many
+
+    rows = []
+    for label, hw_name, calls in reuse_groups():
+        if only and only not in f"{label} {hw_name}":
+            continue
+        hw = get_profile(hw_name)
+        clear_memo()
+        got = simulate_many(calls, hw)
+        for c, s in zip(calls, got):
+            if not s.method.startswith("interpolated-"):
+                continue
+            clear_memo()
+            full = merged(simulate_launches(c, hw, max_events=EXACT))
+            err = s.time_s / full.time_s - 1
+            rows.append({"group": label, "hw": hw_name, "call": dict(c.params), "method": s.method, "error": err})
+        n = sum(1 for r in rows if r["group"] == label and r["hw"] == hw_name)
+        errs = [abs(r["error"]) for r in rows if r["group"] == label and r["hw"] == hw_name]
+        print(f"  {hw_name:14s} {label:48s} {n} of {len(calls)} interpolated"
+              + (f", worst |error| {100 * max(errs):.3f}%" if errs else ""), flush=True)
+    errs = [abs(r["error"]) for r in rows]
+    if errs:
+        print(f"\n{len(errs)} calls interpolated: mean |error| {100 * sum(errs) / len(errs):.3f}%, worst "
+              f"{100 * max(errs):.3f}% (stated bound: mean <= 0.5%, worst <= 2%)")
+    return rows
+
+
 WALLS: list[tuple[str, list[str]]] = [
     *[(f"FA3 prefill {s} tokens h100", ["kernel", "attention", "--batch", "1", "--heads-q", "32", "--head-dim", "128",
                                           "--seq-q", str(s), "--hw", "h100-sxm", "--variant", "fa3", "--json"])
@@ -119,6 +161,7 @@ WALLS: list[tuple[str, list[str]]] = [
      ["kernel", "grouped-gemm", "--routing", "balanced", "--tokens", "65536", "--experts", "8", "--top-k", "2",
       "--n", "14336", "--k", "4096", "--json"]),
     ("predict llama3-8b h100 (default)", ["predict", "--json", "--no-progress"]),
+    ("predict llama3-8b h100 batch 64 prompt 2048", ["predict", "--json", "--no-progress", "--batch", "64"]),
 ]
 
 
@@ -154,16 +197,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", action="store_true")
     ap.add_argument("--walls", action="store_true")
+    ap.add_argument("--reuse", action="store_true", help="interpolated calls (prediction-level reuse) vs full")
     ap.add_argument("--budget", type=int, default=5_000, help="node events above which the corpus extrapolates")
     ap.add_argument("--only", default=None, help="run the cases whose label contains this text")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     args = ap.parse_args()
-    both = not (args.corpus or args.walls)
+    both = not (args.corpus or args.walls or args.reuse)
     out: dict[str, Any] = {}
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work shares it)")
     if args.corpus or both:
         print("extrapolated vs full simulation (sustained clock, same code):")
         out["corpus"] = run_corpus(args.budget, args.only)
+    if args.reuse or both:
+        print("calls interpolated along one size vs their full simulation:")
+        out["reuse"] = run_reuse(args.only)
     if args.walls or both:
         print("cold wall time (fresh process, empty disk cache) and peak memory:")
         out["walls"] = run_walls(args.only)

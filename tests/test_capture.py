@@ -127,3 +127,15 @@ def test_build_allocates_no_weights_and_matches_param_count() -> None:
     assert all(p.device.type == "meta" for p in model.parameters())
     assert sum(p.numel() for p in model.parameters()) == cfg.param_count()
     assert 8.0e9 < cfg.param_count() < 8.1e9  # Llama-3-8B: 8.03 B parameters (model card)
+
+
+def test_a_proof_made_at_one_kv_length_serves_the_next(tiny: Any) -> None:
+    clear_memo()
+    first = capture_model(tiny, 1, 1, 8)
+    second = capture_model(tiny, 1, 1, 9)  # the next decode step: the same layers, a longer KV cache
+    assert first.exports == 4
+    assert second.exports == 1  # the layer at the new shape; head and tail memoised, the proof reused
+    assert any("differ only in shape" in p for p in second.proofs)
+    assert second.segments[2].graph is second.segments[1].graph
+    kv = [n for n in second.segments[1].graph.nodes if n.op_name == "scaled_dot_product_attention"][0]
+    assert kv.in_specs[1].shape[2] == 10  # captured at its own shapes: 9 cached + 1 new

@@ -117,7 +117,8 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
            lambda r, k: k.roofline_fallback, False),
     Column("method", pa.string(), "how the duration was obtained: exact (simulated in full), extrapolated-<dims> "
            "(truncated instances of the repeating dimensions waves, k or kv, torchsim.prediction.repeats), "
-           "roofline: <why>, interpolated from decode steps A and B", lambda r, k: k.method),
+           "roofline: <why>, interpolated-<dim> (a call between simulated calls that differ only in that size: "
+           "kv_blocks, m; torchsim.prediction.reuse), interpolated from decode steps A and B", lambda r, k: k.method),
     Column("tp_ranks", pa.int32(), "tensor-parallel GPUs the run spans (1: one GPU)", lambda r, k: r.ranks, False),
     Column("rank", pa.int32(), "the rank the row is the kernel of: 0, the simulated rank, standing for every "
            "symmetric rank (expert-parallel MoE rows are the slowest rank's)", lambda r, k: 0, False),

@@ -197,8 +197,21 @@ _MEMO: OrderedDict[tuple[Any, ...], tuple[OpGraph, str]] = OrderedDict()
 _MEMO_SIZE = 64
 
 
+# The first/last-layer proofs made, by structure without the input shapes: (module structure, parameter shapes,
+# input ranks and dtypes, first and last path) -> the shapes it was made at. A group of the same structure at other
+# input shapes (the next decode step's KV length) exports its first segment only.
+_PROVEN: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+
+
 def clear_memo() -> None:
     _MEMO.clear()
+    _PROVEN.clear()
+
+
+def _shape_free(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A structure signature without its input shapes (ranks and dtypes kept)."""
+    specs = tuple((len(a.shape), a.dtype, a.contiguous) if isinstance(a, TensorSpec) else a for a in key[2])
+    return (key[0], key[1], specs)
 
 
 def capture_model(model: Any, batch: int, q_len: int, past_len: int, *, reuse: bool = True) -> ModelCapture:
@@ -243,7 +256,13 @@ def _capture_group(segs: list[tuple[str, Any, tuple[Any, ...]]], members: list[i
     first_path, first_mod, first_args = segs[members[0]]
     graph = capture_module(first_mod, first_args, name=first_path)
     proof, exports = "", 1
-    if len(members) > 1:
+    last_path = segs[members[-1]][0]
+    proven = _PROVEN.get((_shape_free(key), first_path, last_path, len(members))) if len(key) > 1 else None
+    if len(members) > 1 and proven is not None:
+        proof = (f"same classes, {len(key[1])} parameter/buffer shapes and inputs; {first_path} and {last_path} "
+                 f"exported to the same ops at input {proven} (these inputs differ only in shape); "
+                 f"{first_path} exports to {len(graph.nodes)} ops here")
+    elif len(members) > 1:
         last_path, last_mod, last_args = segs[members[-1]]
         other = capture_module(last_mod, last_args, name=last_path)
         exports += 1
@@ -252,6 +271,11 @@ def _capture_group(segs: list[tuple[str, Any, tuple[Any, ...]]], members: list[i
                                "capture them with reuse=False")
         proof = (f"same classes, {len(key[1])} parameter/buffer shapes and inputs; {first_path} and {last_path} "
                  f"export to the same {len(graph.nodes)} ops")
+        if len(key) > 1:
+            shapes = ", ".join(str(a.shape) for a in key[2] if isinstance(a, TensorSpec))
+            _PROVEN[(_shape_free(key), first_path, last_path, len(members))] = f"shapes {shapes}"
+            while len(_PROVEN) > _MEMO_SIZE:
+                _PROVEN.popitem(last=False)
     if len(key) > 1:  # structure signatures are memoised; reuse=False keys are segment indices
         _MEMO[key] = (graph, proof)
         while len(_MEMO) > _MEMO_SIZE:

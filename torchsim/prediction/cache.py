@@ -23,7 +23,7 @@ import torchsim
 _PKG = Path(torchsim.__file__).parent
 # Code whose change can change a simulated time (relative to the package).
 _FINGERPRINTED = ("sim", "graph", "hwmodels", "lowering/templates", "lowering/fallback.py", "lowering/kernel_call.py",
-                  "prediction/kernel_sim.py", "prediction/repeats.py")
+                  "prediction/kernel_sim.py", "prediction/repeats.py", "prediction/reuse.py")
 CACHE_VERSION = 2  # 2: kernels extrapolated by torchsim.prediction.repeats (method, extrapolation fields)
 
 

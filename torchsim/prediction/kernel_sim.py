@@ -165,17 +165,88 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
                   workers: int | None = None, progress: bool = False, disk: DiskCache | None = None) -> list[KernelSim]:
     """`simulate_call` for each call; distinct un-memoised calls run on `workers` forked processes.
 
-    `workers=None` picks min(4, CPUs - 1) when the new work is large (over 100 GFLOP in total), else 1 (on a
-    2-core machine shared with other work a second process was measured slower than one). With
-    `disk`, results are read from and written to the on-disk cache.
+    `workers=None` picks one process per CPU (at most 4) when the new work is large (`auto_workers`). With
+    `disk`, results are read from and written to the on-disk cache. Unless `max_events` is EXACT, calls that
+    differ only in a size their time is affine in are simulated at a few sizes and the others interpolated
+    (torchsim.prediction.reuse).
     """
     todo = list({c.key(): c for c in calls if not is_memoised(c, hw, max_events)}.values())
     if disk is not None:
         todo = [c for c in todo if not _from_disk(disk, c, hw, max_events)]
-    todo.sort(key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
+    groups: list[Any] = []
+    if max_events < EXACT and len(todo) >= 3:
+        from torchsim.prediction import reuse
+
+        todo, groups = reuse.plan(todo, hw)
+    _run(todo, hw, max_events, workers, progress, disk)
+    if groups:
+        from torchsim.prediction import reuse
+
+        done, again = reuse.derive(groups, lambda c: _MEMO[memo_key(c, hw, max_events)])
+        for c in {c.key(): c for _, members in groups for _, c in members}.values():
+            if c.key() in done:
+                _store(c, hw, max_events, done[c.key()], disk)
+        _run(again, hw, max_events, workers, progress, disk)
+    return [simulate_call(c, hw, max_events=max_events) for c in calls]  # launches: `simulate_launches`
+
+
+def auto_workers(todo: Sequence[KernelCall]) -> int:
+    """Processes for simulating `todo`: one per CPU (at most 4) when the work is large (over 100 GFLOP in
+    total) and there is more than one call, else 1."""
+    heavy = sum(work(c)[0] for c in todo) > 1e11
+    return max(1, min(4, os.cpu_count() or 1)) if heavy and len(todo) > 1 else 1
+
+
+class Background:
+    """Calls simulated on forked worker processes while the caller goes on (capturing the next steps of a
+    prediction): `submit` starts the distinct, un-memoised calls not on disk, `wait` stores their results (memo and
+    disk) and stops the workers. Used as a context manager: leaving it by an exception stops the workers at once."""
+
+    def __init__(self, hw: Any, max_events: int, workers: int, disk: DiskCache | None) -> None:
+        self.hw, self.max_events, self.workers, self.disk = hw, max_events, workers, disk
+        self.futures: dict[Any, KernelCall] = {}
+        self.keys: set[tuple[Any, ...]] = set()
+        self._ctx: Any = None
+        self._pool: Any = None
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._ctx is not None:
+            ctx, self._ctx = self._ctx, None
+            ctx.__exit__(*exc)
+
+    def submit(self, calls: Sequence[KernelCall]) -> None:
+        todo = [c for c in {c.key(): c for c in calls}.values()
+                if c.key() not in self.keys and not is_memoised(c, self.hw, self.max_events)]
+        if self.disk is not None:
+            todo = [c for c in todo if not _from_disk(self.disk, c, self.hw, self.max_events)]
+        if not todo:
+            return
+        if self._pool is None:
+            self._ctx = worker_pool(self.workers)
+            self._pool = self._ctx.__enter__()
+        for c in sorted(todo, key=lambda c: -sum(work(c)[:2])):  # largest first: the pool finishes together
+            self.keys.add(c.key())
+            self.futures[self._pool.submit(_simulate, c, self.hw, self.max_events)] = c
+
+    def wait(self) -> None:
+        for fut in as_completed(self.futures):
+            _store(self.futures[fut], self.hw, self.max_events, fut.result(), self.disk)
+        self.futures.clear()
+        self.__exit__(None, None, None)
+        self._pool = None
+
+
+def _run(todo: list[KernelCall], hw: Any, max_events: int, workers: int | None, progress: bool,
+         disk: DiskCache | None) -> None:
+    """Simulate `todo` (none memoised), largest first, on `workers` processes when that pays."""
+    if not todo:
+        return
+    todo = sorted(todo, key=lambda c: -sum(work(c)[:2]))  # largest first: the pool finishes together
     if workers is None:
-        heavy = sum(work(c)[0] for c in todo) > 1e11
-        workers = max(1, min(4, (os.cpu_count() or 1) - 1)) if heavy and len(todo) > 1 else 1
+        workers = auto_workers(todo)
     bar = _bar(len(todo), progress, f"simulating {len(todo)} kernels on {getattr(hw, 'name', hw)}")
     if workers > 1 and len(todo) > 1:
         with worker_pool(workers) as pool:  # workers stop with the command (Ctrl-C, SIGTERM, an error)
@@ -188,7 +259,6 @@ def simulate_many(calls: Sequence[KernelCall], hw: Any, *, max_events: int = DEF
             _store(c, hw, max_events, _simulate(c, hw, max_events), disk)
             bar.update(1)
     bar.close()
-    return [simulate_call(c, hw, max_events=max_events) for c in calls]  # launches: `simulate_launches`
 
 
 def _disk_key(disk: DiskCache, call: KernelCall, hw: Any, max_events: int) -> str:

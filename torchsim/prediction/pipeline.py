@@ -29,7 +29,9 @@ from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_w
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.kernel_sim import (
     DEFAULT_MAX_SIM_EVENTS,
+    Background,
     KernelSim,
+    auto_workers,
     is_memoised,
     simulate_launches,
     simulate_many,
@@ -139,28 +141,43 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     scenarios: list[tuple[str, int | None, int, int]] = [("prefill", None, prompt_len, 0)]
     scenarios += [("decode", s, 1, kv0 + s) for s in samples]
     plans: list[KernelPlan] = []
-    for _phase, _step, q, past in scenarios:
-        cap = capture_model(module, batch // mb // dp, q, past)
-        plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"), precision,
-                              kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
-        if ep > 1:
-            plan = _slowest_experts([shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)], prof,
-                                    max_sim_events, workers, DiskCache() if cache else None)
-        elif tp > 1:
-            plan = shard_plan(plan, tp, system)
-        plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
-        plans.append(_tuned(plan) if tune else plan)
-    t_plan = time.perf_counter()
-    w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
-    if dp > 1:  # every rank holds the whole model but only 1/ep of the experts
-        experts = _expert_bytes(plans[-1])  # this rank's
-        w_bytes -= experts * (dp - 1) / pp
-    warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
-                                   allow=allow_oversubscribe, share=mb / pp)  # before any simulation
+    disk = DiskCache() if cache else None
+    todo: list[KernelCall] = []
+    with Background(prof, max_sim_events, 1, disk) as bg:
+        for _phase, _step, q, past in scenarios:
+            cap = capture_model(module, batch // mb // dp, q, past)
+            plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"),
+                                  precision, kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
+            if ep > 1:
+                plan = _slowest_experts([shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)], prof,
+                                        max_sim_events, workers, disk)
+            elif tp > 1:
+                plan = shard_plan(plan, tp, system)
+            plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
+            plans.append(_tuned(plan) if tune else plan)
+            if len(plans) == 1 and len(scenarios) > 1:
+                # the prefill's kernels are simulated on worker processes while the decode steps are captured
+                todo = [c for c in {c.key(): c for c in plans[0].calls}.values()
+                        if not is_memoised(c, prof, max_sim_events)]
+                bg.workers = workers or auto_workers(todo)
+                if bg.workers > 1:
+                    bg.submit(todo)
+        t_plan = time.perf_counter()
+        w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
+        if dp > 1:  # every rank holds the whole model but only 1/ep of the experts
+            experts = _expert_bytes(plans[-1])  # this rank's
+            w_bytes -= experts * (dp - 1) / pp
+        # before the decode steps are simulated (an error stops the prefill's workers at once)
+        warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
+                                       allow=allow_oversubscribe, share=mb / pp)
+        if bg.futures:  # this process simulates the decode steps' kernels meanwhile
+            rest = [c for p in plans[1:] for c in p.calls if c.key() not in bg.keys]
+            simulate_many(rest, prof, max_events=max_sim_events, workers=1, disk=disk)
+        bg.wait()
 
     distinct = {c.key(): c for p in plans for c in p.calls}
-    todo = [c for c in distinct.values() if not is_memoised(c, prof, max_sim_events)]
-    disk = DiskCache() if cache else None
+    todo = list({**{c.key(): c for c in todo}, **{c.key(): c for c in distinct.values()
+                                                   if not is_memoised(c, prof, max_sim_events)}}.values())
     simulate_many(list(distinct.values()), prof, max_events=max_sim_events, workers=workers, progress=progress,
                   disk=disk)
     # Every launch of a call is placed on its own (a split Flash-Decoding call: split kernel, gap, combine kernel).

@@ -9,8 +9,9 @@ large to simulate cheaply is simulated at truncated sizes of each repeating dime
   per iteration drifts slowly with their length (L2 reuse), s = 1 wave for grids). The extrapolation to `full` from the
   first two samples and from the last two must agree within `TOLERANCE` of the value (the increments per repeat
   agree: steady state); the result is the last two's. Where they do not agree, the window slides one step later
-  (at most `MAX_SLIDES` times, and only while its samples cost well under the full dimension) and, failing
-  that, the dimension is simulated at its full size.
+  (at most `MAX_SLIDES` times), then its spacing doubles from the start (a cost repeating with a longer period),
+  only while its samples cost well under the full dimension, and failing that the dimension is simulated at its
+  full size.
 - Dimensions nest (waves outside, K or K/V inside): each sample of the outer dimension is itself extrapolated in
   the inner one, so a kernel costs at most 3 x 3 small simulations however large it is.
 - What is extrapolated: cycles, DRAM bytes, per-unit busy work, stall cycles and node events, each linearly in
@@ -114,6 +115,25 @@ def _line(v1: dict[str, float], v2: dict[str, float], x1: int, x2: int, x: int) 
     return {k: max(0.0, v2.get(k, 0.0) + (v2.get(k, 0.0) - v1.get(k, 0.0)) * (x - x2) / (x2 - x1)) for k in keys}
 
 
+def _windows(d: Dim) -> list[tuple[int, int]]:
+    """(first sample, spacing) of the windows tried in turn: the window at the dimension's start, slid one step
+    later at a time (`MAX_SLIDES`: a fill not yet over), then from the start at twice, four times, ... the spacing
+    (a cost that repeats with a longer period than the spacing: a persistent GEMM whose raster groups of tiles
+    span more than one wave), each only while its samples cost under `WORTH` of the full dimension (the wider
+    ones: with the samples already run, `Extrapolator._extrapolate`)."""
+    out: list[tuple[int, int]] = []
+    a, st = d.start, d.step
+    for i in range(MAX_SLIDES + 1):
+        if 3 * (a + i * st + st) > WORTH * d.full:
+            return out
+        out.append((a + i * st, st))
+    st *= 2
+    while 3 * (a + st) <= WORTH * d.full:
+        out.append((a, st))
+        st *= 2
+    return out
+
+
 class Extrapolator:
     """Runs a family's truncated instances with `run(kernel_graph, l2_share) -> KernelResult` and extrapolates them.
 
@@ -177,11 +197,12 @@ class Extrapolator:
     def _extrapolate(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
                      ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
         d, rest = dims[0], dims[1:]
-        a, st = d.start, d.step
-        for _ in range(MAX_SLIDES + 1):
-            if 3 * (a + st) > WORTH * d.full:  # larger samples would cost about as much as the full dimension
-                break
+        used: set[int] = set()
+        for i, (a, st) in enumerate(_windows(d)):
             xs = (a, a + st, a + 2 * st)
+            if i > MAX_SLIDES and sum(used | set(xs)) > WORTH * d.full:
+                break  # a wider window, on top of the samples run so far, would cost about the full dimension
+            used |= set(xs)
             (v1, _, _, _), (v2, _, rs, rr), (v3, r3, _, _) = (self._measure(run, rest, {**sizes, d.name: x})
                                                               for x in xs)
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
@@ -191,7 +212,6 @@ class Extrapolator:
                 self.outcome.sizes[d.name] = max(self.outcome.sizes.get(d.name) or xs, xs)
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
                 return e23, r3, rs, rr
-            a += st  # not yet steady: slide the window by one step (the two later samples are reused)
         self.outcome.full_dims.add(d.name)
         return self._measure(run, rest, {**sizes, d.name: d.full})
 
@@ -403,7 +423,8 @@ def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None
     if not str(a.get("template", "")).startswith("attention/") or a.get("causal") or len(kg.classes) != 1:
         return None
     shape = AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
-                      int(a["head_dim"]), False, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0))
+                      int(a["head_dim"]), False, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0),
+                      softcap=float(a.get("softcap", 0.0) or 0.0))  # the truncated instances keep the soft-capping
     if cfg is None:
         cfg = dc_replace(default_config(shape, hw, AttnVariant.parse(str(a["variant"]))), bm=int(a["bm"]),
                          bn=int(a["bn"]), stages=int(a["stages"]))

@@ -100,6 +100,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             self.l1 = [L1Cache(float(l1_q.value), observer=pl.l1_observer) for pl in self.policies]
             self.l1_lat = int(hw.l1_latency_cycles.value)
         self.l1_lines: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.l1_tensors: dict[Any, int] = {}
         self.cluster = int(kernel.attrs.get("cluster_size", 1) or 1)
         self.noc = ClusterNoc(noc or NocConfig()) if self.cluster > 1 else None
         self.cluster_bars = [frozenset(b for b, nm in enumerate(p.barrier_names) if nm.startswith("cluster:"))

@@ -9,9 +9,9 @@ warp missed and whose lines were evicted.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable
-from itertools import product
+from itertools import islice, product
 from typing import Any, Protocol
 
 from torchsim.hwmodels.quantity import Quantity, measured
@@ -47,6 +47,38 @@ def tile_lines(key: tuple[Any, ...], shape: tuple[int, ...], elem_bytes: float,
     return tuple(product((tensor,), *rows, range(first, last + 1)))
 
 
+_ROW_BITS, _COL_BITS = 31, 16  # line ids of two-dimensional tiles: tensor | row + 2^30 | line column
+_ROW_OFFSET = 1 << 30
+
+
+def tile_line_ids(key: tuple[Any, ...], shape: tuple[int, ...], elem_bytes: float, tensor_id: int,
+                  line_bytes: int = int(LINE_BYTES.value)) -> tuple[Hashable, ...]:
+    """`tile_lines` with each line of a two-dimensional tile as one int (tensor_id, global row, line column
+    packed), built with numpy: the same lines in the same order, equal exactly where `tile_lines`' tuples are
+    equal (other ranks keep the tuples, which never equal a two-dimensional tile's lines there either).
+
+    >>> tile_line_ids(("X", 1, 0), (2, 64), 2.0, 3) == tuple((3 << 47) | ((r + 2**30) << 16) for r in (2, 3))
+    True
+    """
+    if len(shape) != 2:
+        return tile_lines(key, shape, elem_bytes, line_bytes)
+    import numpy as np
+
+    coords = key[1:]
+    rows, cols = shape
+    col0 = (coords[-1] if coords else 0) * cols
+    first = int(col0 * elem_bytes) // line_bytes
+    last = int((col0 + cols) * elem_bytes - 1) // line_bytes
+    row0 = (coords[0] * rows if coords else 0) + _ROW_OFFSET
+    if row0 < 0 or row0 + rows > 1 << _ROW_BITS or first < 0 or last >= 1 << _COL_BITS or tensor_id >= 1 << 16:
+        raise ValueError(f"tile {key} of shape {shape} lies outside the L1 model's line ids (rows within +-2^30, "
+                         f"lines per row < 2^16, tensors < 2^16)")
+    base = tensor_id << (_ROW_BITS + _COL_BITS)
+    r = np.arange(row0, row0 + rows, dtype=np.int64) << _COL_BITS
+    c = np.arange(first, last + 1, dtype=np.int64)
+    return tuple((base + r[:, None] + c[None, :]).ravel().tolist())
+
+
 class L1Cache:
     """Fully associative LRU over lines (a stand-in for the set-associative array), owner warp per line."""
 
@@ -70,6 +102,20 @@ class L1Cache:
         missed = 0
         if obs is None:
             move, evict, capacity = cache.move_to_end, cache.popitem, self.capacity
+            if all(map(cache.__contains__, lines)):  # every line hits: each moves to the young end, in order
+                deque(map(move, lines), maxlen=0)
+                self.hits += len(lines)
+                return 0
+            if cache.keys().isdisjoint(lines):
+                fresh = dict.fromkeys(lines, owner)
+                if len(fresh) == len(lines):  # distinct new lines (a tile's): appending them all, then dropping
+                    # the oldest down to capacity, leaves the LRU order that one line at a time leaves
+                    cache.update(fresh)
+                    over = len(cache) - capacity
+                    if over > 0:  # the oldest `over` lines, dropped without a Python step per line
+                        deque(map(cache.__delitem__, list(islice(cache, over))), maxlen=0)
+                    self.misses += len(lines)
+                    return len(lines)
             for ln in lines:
                 if ln in cache:
                     move(ln)

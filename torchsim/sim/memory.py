@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from torchsim.sim.l1 import L1Cache, tile_lines
+from torchsim.sim.l1 import L1Cache, tile_line_ids
 from torchsim.sim.resources import DramServer, Pipeline
 from torchsim.sim.state import CtaState
 
@@ -45,6 +45,7 @@ class MemoryMixin:
     stalls: list[float]
     l1: list[L1Cache] | None
     l1_lines: dict[tuple[Any, ...], tuple[Any, ...]]
+    l1_tensors: dict[Any, int]  # tensor -> its index in the L1's line ids
 
     def _memsys(self, cta: CtaState, j: int, t: int, fe_end: int, nbytes: float, read: bool) -> tuple[int, int]:
         """Serve global read/write node `j` of `cta`, arriving at `t` and through its front end at `fe_end`, on
@@ -81,5 +82,7 @@ class MemoryMixin:
         if lines is None:
             g = self.kernel.classes[cta.cls].graph
             tile = g.tiles[int(g.tile[j])]
-            lines = self.l1_lines[memo] = tile_lines(key, tile.shape, tile.dtype.nbytes)
+            ids = self.l1_tensors
+            tid = ids.setdefault(key[0], len(ids))
+            lines = self.l1_lines[memo] = tile_line_ids(key, tile.shape, tile.dtype.nbytes, tid)
         return lines

@@ -71,6 +71,7 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
                "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
                "dtype": shape.dtype.name.lower(), "query_blocks": mblocks,
                **({"window": shape.binding_window} if shape.binding_window else {}),
+               **({"softcap": shape.softcap} if shape.softcap else {}),  # (truncated instances rebuild it)
                # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
                **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})},
     )
