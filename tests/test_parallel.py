@@ -267,3 +267,25 @@ def test_faster_links_never_slower_slower_links_never_faster(tmp_path: Path) -> 
     assert slow.system.endswith("slow.toml")
     with pytest.raises(ValueError, match="has h100-sxm GPUs; hw is 'b200'"):
         predict("llama-small", "b200", tp=2, system="dgx-h100", **STEP)
+
+
+def test_sequence_parallel_scatters_the_residual_stream() -> None:
+    from torchsim.lowering.parallel import sequence_parallel
+
+    tp_plan = shard_plan(_plan("llama-small"), 2, "dgx-h100")  # 16 tokens
+    sp = sequence_parallel(tp_plan, 2, "dgx-h100")
+    ops = [c.p("op") for c in sp.calls if c.kind is KernelKind.COLLECTIVE]
+    assert "all-reduce" not in ops and ops.count("reduce-scatter") == ops.count("all-reduce") + 1 + 2 * 4
+    assert ops.count("all-gather") == 2 * 4 + 1 + 1  # before every QKV / gate-up GEMM and the LM head, + logits
+    norms = [c for c in sp.calls if c.kind in (KernelKind.RMSNORM, KernelKind.ADD_RMSNORM)]
+    assert all(c.p("rows") == 16 // 2 for c in norms)  # this rank's tokens
+    i = next(i for i, c in enumerate(sp.calls) if c.name.endswith("self_attn.q_proj+k_proj+v_proj"))
+    assert sp.calls[i - 1].p("op") == "all-gather"
+    # decode at batch 1 over 2 ranks: no token split, the all-reduces stay
+    dec = shard_plan(_plan("llama-small", q=1, past=16, batch=1), 2, "dgx-h100")
+    assert sequence_parallel(dec, 2, "dgx-h100") is dec
+    with pytest.raises(ParallelError, match="MoE"):
+        sequence_parallel(shard_plan(_plan("mixtral-tiny"), 2, "dgx-h100"), 2, "dgx-h100")
+    p = predict("llama-small", "h100-sxm", tp=2, sp=True, batch=2, **STEP)
+    assert any(k.template.startswith("nccl/reduce-scatter") for k in p.step_kernels("prefill"))
+    assert any("sequence parallel" in a for a in p.assumptions)

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                     preset=args.preset, routing=args.routing, fallback=args.fallback,
                     quant=args.quant, kv_cache=args.kv_cache, workers=args.workers, tp=tp,
                     ep=args.ep if tp > 1 else 1, pp=args.pp,
-                    micro_batches=args.micro_batches, allow_oversubscribe=args.allow_oversubscribe,
+                    micro_batches=args.micro_batches, sp=args.sp, allow_oversubscribe=args.allow_oversubscribe,
                     progress=not args.json and sys.stderr.isatty())
         # systems side by side: each column names its GPU count
         preds.append(dataclasses.replace(p, hw=f"{p.hw} TP{tp}") if len({t for _h, t in entries}) > 1 else p)

@@ -8,8 +8,11 @@ from torchsim.cli import int_in
 
 
 def add_parallel_options(p: argparse.ArgumentParser, *, tp_help: str) -> None:
-    """--tp, --ep, --pp, --micro-batches and --allow-oversubscribe (predict, compare)."""
+    """--tp, --sp, --ep, --pp, --micro-batches and --allow-oversubscribe (predict, compare)."""
     p.add_argument("--tp", type=int_in(1, 64), default=1, help=tp_help)
+    p.add_argument("--sp", action="store_true",
+                   help="sequence parallelism with --tp: reduce-scatter + all-gather around the norms instead of "
+                        "all-reduce (Megatron-LM)")
     p.add_argument("--ep", type=int_in(1, 64), default=1,
                    help="expert-parallel GPUs: MoE experts split whole, over the --tp ranks (ep = tp) or with "
                         "data-parallel attention (no --tp; default 1: each expert's columns split)")

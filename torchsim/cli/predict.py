@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                        dtype=args.dtype, kv_cache=args.kv_cache, quant=args.quant,
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
-                       ep=args.ep, pp=args.pp, micro_batches=args.micro_batches,
+                       ep=args.ep, pp=args.pp, micro_batches=args.micro_batches, sp=args.sp,
                        allow_oversubscribe=args.allow_oversubscribe, system=args.hw if device is not None else None,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions

@@ -177,6 +177,37 @@ def shard_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int
     return replace(plan, calls=tuple(out))
 
 
+def sequence_parallel(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
+    """Megatron sequence parallelism on a tensor-parallel rank's plan (`shard_plan`'s output): each all-reduce
+    becomes a reduce-scatter over the tokens, the residual-stream kernels after it (norms, residual adds) run on
+    this rank's tokens / tp, and an all-gather restores every token before the next GEMM (nccl-tests sizes: both
+    the full tensor). A step whose token count tp does not divide (decode at a batch below tp) keeps its
+    all-reduces: the plan comes back unchanged."""
+    tokens = next((c.p("tokens") for c in plan.calls if c.kind is KernelKind.EMBEDDING), 0)
+    if tp == 1 or not tokens or tokens % tp:
+        return plan
+    if any(c.kind is KernelKind.GROUPED_GEMM for c in plan.calls):
+        raise ParallelError("sequence parallelism with MoE layers is not modelled (their router and dispatch see "
+                            "every token); run the MoE model without it")
+    out: list[KernelCall] = []
+    scattered = 0  # bytes of the full tensor while this rank holds tokens / tp of it, else 0
+    for c in plan.calls:
+        if c.kind is KernelKind.COLLECTIVE and c.p("op") == "all-reduce":
+            out.append(_set(c, op="reduce-scatter"))
+            out[-1] = replace(out[-1], name=c.name.replace("all-reduce", "reduce-scatter"))
+            scattered = c.p("nbytes")
+            continue
+        if scattered and c.kind is KernelKind.GEMM:  # every token again before the next projection
+            out.append(_collective("all-gather", scattered, tp, system, out[-1]))
+            scattered = 0
+        if scattered and c.kind in (KernelKind.RMSNORM, KernelKind.ADD_RMSNORM):
+            c = _set(c, rows=_split(c.p("rows"), tp, "rows (tokens)", c))
+        elif scattered and c.kind is KernelKind.ELEMENTWISE:
+            c = _set(c, numel=_split(c.p("numel"), tp, "numel (tokens x hidden)", c))
+        out.append(c)
+    return replace(plan, calls=tuple(out))
+
+
 def _expert_dispatch(plan: KernelPlan, ep: int, system: str, rank: int) -> KernelPlan:
     """Data-parallel attention + expert parallelism (DeepEP-style, as SGLang/vLLM run DeepSeek): `plan` is one
     rank's share of the batch; every rank runs the whole model on it except the MoE experts, of which it holds
@@ -263,4 +294,4 @@ def _shard_inner(c: KernelCall, tp: int, hq: int, hkv: int, kvr: int) -> KernelC
     return c  # the router and its bookkeeping (top-k, MoE alignment) see every token on every rank
 
 
-__all__ = ["COLUMN", "REPLICATED", "ROW", "ParallelError", "kv_heads_per_rank", "shard_plan"]
+__all__ = ["COLUMN", "REPLICATED", "ROW", "ParallelError", "kv_heads_per_rank", "sequence_parallel", "shard_plan"]

@@ -20,7 +20,7 @@ from torchsim.graph.kinds import DType
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.parallel import shard_plan
+from torchsim.lowering.parallel import sequence_parallel, shard_plan
 from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
 from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
 from torchsim.lowering.quant import QuantFormat, check_supported
@@ -46,7 +46,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             fallback: str | None = None, decode_samples: int = 3, max_sim_events: int = DEFAULT_MAX_SIM_EVENTS,
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
             exact: bool = False, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
-            allow_oversubscribe: bool = False, system: str | None = None, quant: str | None = None) -> Prediction:
+            allow_oversubscribe: bool = False, system: str | None = None, quant: str | None = None,
+            sp: bool = False) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -153,6 +154,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                                         max_sim_events, workers, disk)
             elif tp > 1:
                 plan = shard_plan(plan, tp, system)
+                plan = sequence_parallel(plan, tp, system) if sp else plan
             plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
             plans.append(_tuned(plan) if tune else plan)
             if len(plans) == 1 and len(scenarios) > 1:
@@ -220,6 +222,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
            "stage + its activation sends + (micro-batches - 1) x the slowest stage); activation sends costed as "
            "NCCL send/recv (a two-rank all-to-all) on the system's links; the kernel table shows one micro-batch",)
           if pp > 1 else ()),
+        *(("sequence parallel: each all-reduce is a reduce-scatter, the norms and residual adds after it run on "
+           "tokens / tp, an all-gather restores every token before the next GEMM (Megatron-LM); steps whose token "
+           "count tp does not divide keep the all-reduce",) if sp and tp > 1 else ()),
         *((f"expert parallel over the {ep} tensor-parallel ranks: each holds {ep}-th of the experts whole; every MoE "
            "layer costs its slowest rank's experts (from the routing counts), the other kernels rank 0's",)
           if ep > 1 and dp == 1 else ()),
