@@ -244,6 +244,8 @@ def test_expert_parallel_with_data_parallel_attention() -> None:
     assert dp.stats["weight_bytes"] < one.stats["weight_bytes"]  # half the experts per GPU
     with pytest.raises(ValueError, match="not divisible over 2 ranks"):
         predict("mixtral-tiny", "h100-sxm", ep=2, batch=3, **STEP)
+    with pytest.raises(ParallelError, match="8 experts are not divisible over ep=3 ranks"):
+        predict("mixtral-tiny", "h100-sxm", ep=3, batch=3, **STEP)
 
 
 def test_faster_links_never_slower_slower_links_never_faster(tmp_path: Path) -> None:

@@ -241,7 +241,10 @@ def _expert_dispatch(plan: KernelPlan, ep: int, system: str, rank: int) -> Kerne
 
 def _expert_slice(c: KernelCall, ep: int, rank: int) -> tuple[int, ...]:
     counts = tuple(c.p("tokens_per_expert"))
-    per = _split(len(counts), ep, "experts", c)
+    if len(counts) % ep:
+        raise ParallelError(f"{c.kind.value} kernel {c.name!r}: {len(counts)} experts are not divisible over ep={ep} "
+                            "ranks")
+    per = len(counts) // ep
     return counts[rank * per:(rank + 1) * per]
 
 
