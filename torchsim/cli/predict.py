@@ -15,6 +15,7 @@ from torchsim.cli import UsageError, add_quant_option, approximated, int_in
 from torchsim.cli.options import add_parallel_options
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
+from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS
 
 
 def register(sub: Any) -> None:
@@ -64,6 +65,10 @@ def register(sub: Any) -> None:
     p.add_argument("--exact", action="store_true",
                    help="simulate every kernel in full (default: large kernels are extrapolated from truncated "
                    "instances of their repeating waves / K / K-V loops, within 2%%; the method column says which)")
+    p.add_argument("--max-events", type=int_in(1), default=None,
+                   help="refuse a prediction estimated to simulate more node events than this (default "
+                        f"{DEFAULT_MAX_TOTAL_EVENTS:,}; the estimate is made before simulating)")
+    p.add_argument("--yes", action="store_true", help="simulate however many node events the prediction takes")
     p.add_argument("--top", type=int_in(0), default=12, help="rows of each kernel table (0: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object (ttft_ms, tpot_ms, kernels, ...)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -90,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
                        routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
                        ep=args.ep, pp=args.pp, micro_batches=args.micro_batches, sp=args.sp,
-                       allow_oversubscribe=args.allow_oversubscribe, system=args.hw if device is not None else None,
+                       allow_oversubscribe=args.allow_oversubscribe, max_total_events=None if args.yes
+                       else args.max_events or DEFAULT_MAX_TOTAL_EVENTS, system=args.hw if device is not None else None,
                        progress=not args.no_progress and not args.json and sys.stderr.isatty())
     from torchsim.cli.compare import export_predictions
     from torchsim.hwmodels import get_profile

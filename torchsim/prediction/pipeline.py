@@ -37,6 +37,7 @@ from torchsim.prediction.kernel_sim import (
     simulate_many,
 )
 from torchsim.prediction.launch import LAUNCH_MODES, LaunchModel
+from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS, EventBudget
 from torchsim.prediction.records import KernelRecord, MemoryFitError, MemoryWarning, Prediction
 
 
@@ -47,7 +48,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             workers: int | None = None, cache: bool = True, progress: bool = False, tune: bool = False,
             exact: bool = False, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
             allow_oversubscribe: bool = False, system: str | None = None, quant: str | None = None,
-            sp: bool = False) -> Prediction:
+            sp: bool = False, max_total_events: int | None = DEFAULT_MAX_TOTAL_EVENTS) -> Prediction:
     """Predict prefill of `prompt_len` tokens and `decode_steps` decode steps for `batch` sequences on `hw`.
 
     `kv_len` is the KV length at the first decode step (default `prompt_len`); step t attends over
@@ -76,6 +77,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     the slowest stage; what the stages idle meanwhile is the bubble (`stats['pipeline']`).
     Weights, the KV cache at the last step and the largest activation must fit one GPU's memory, or a
     MemoryFitError says by how much and what would fit; `allow_oversubscribe=True` predicts anyway (a warning).
+    The node events the prediction will simulate are estimated before its kernels are simulated
+    (torchsim.prediction.limits); above `max_total_events` a SimulationLimitError names the estimate and the
+    largest kernels (`None`: no limit).
 
     >>> p = predict("llama-tiny", "h100-sxm", prompt_len=32, decode_steps=4)
     >>> p.ttft_s > 0 and len(p.decode_step_s) == 4
@@ -96,6 +100,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                         ("max_sim_events", max_sim_events), ("tp", tp), ("ep", ep), ("pp", pp)):
         _require_int(name, value, minimum=1)
     _require_int("decode_steps", decode_steps, minimum=0)
+    if max_total_events is not None:
+        _require_int("max_total_events", max_total_events, minimum=1)
     kv0 = prompt_len if kv_len is None else kv_len
     _require_int("kv_len", kv0, minimum=1)
     if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3"):
@@ -144,19 +150,23 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     plans: list[KernelPlan] = []
     disk = DiskCache() if cache else None
     todo: list[KernelCall] = []
+    budget = EventBudget(name, prof, max_sim_events, max_total_events)  # checked as each step's calls are known
     with Background(prof, max_sim_events, 1, disk) as bg:
         for _phase, _step, q, past in scenarios:
             cap = capture_model(module, batch // mb // dp, q, past)
             plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"),
                                   precision, kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
             if ep > 1:
-                plan = _slowest_experts([shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)], prof,
+                ranks = [shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)]
+                budget.add(c for p in ranks for c in p.calls)  # _slowest_experts simulates the ranks' experts
+                plan = _slowest_experts(ranks, prof,
                                         max_sim_events, workers, disk)
             elif tp > 1:
                 plan = shard_plan(plan, tp, system)
                 plan = sequence_parallel(plan, tp, system) if sp else plan
             plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
             plans.append(_tuned(plan) if tune else plan)
+            budget.add(plans[-1].calls)  # before this step's kernels are simulated (an error stops the workers)
             if len(plans) == 1 and len(scenarios) > 1:
                 # the prefill's kernels are simulated on worker processes while the decode steps are captured
                 todo = [c for c in {c.key(): c for c in plans[0].calls}.values()
@@ -255,6 +265,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
              "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
              "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, "memory": memory,
+             "events": {"estimated": budget.total, "limit": max_total_events,  # torchsim.prediction.limits
+                        "simulated": sum(s.events for c in distinct.values()
+                                         for s in simulate_launches(c, prof, max_events=max_sim_events))},
              **({"pipeline": {"prefill": stages[0], "decode": stages[1] if len(stages) > 1 else None}}
                 if pp > 1 else {}),
              **_model_facts(cfg, module, kv_dtype), **({"quant": fmt.name} if fmt is not None else {})}
