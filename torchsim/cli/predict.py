@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
     p.add_argument("--decode-samples", type=int, default=3, help="decode steps simulated (others interpolated)")
     p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--policy", default="gto", help="warp issue policy: gto, rr, lrr, two-level, ccws")
-    p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel cache")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel and plan caches")
     p.add_argument("--exact", action="store_true",
                    help="simulate every kernel in full (default: large kernels are extrapolated from truncated "
                    "instances of their repeating waves / K / K-V loops, within 2%%; the method column says which)")
@@ -78,10 +78,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchsim.models.registry import model_names
     from torchsim.prediction.pipeline import predict
 
     if args.list:
+        from torchsim.models.registry import model_names  # imports torch: a plan-cache hit does not
+
         print("\n".join(model_names()))
         return 0
     from torchsim.sim.policy import default_policy, policy_profile

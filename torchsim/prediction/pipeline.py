@@ -12,25 +12,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from torchsim.graph.kinds import DType
 from torchsim.hwmodels.gpu import GpuProfile
-from torchsim.lowering.capture import capture_model
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.parallel import sequence_parallel, shard_plan
-from torchsim.lowering.plan import KernelPlan, Preset, plan_capture
-from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
 from torchsim.lowering.quant import QuantFormat, check_supported
 from torchsim.lowering.quant import parse as parse_quant
-from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.kernel_sim import (
     DEFAULT_MAX_SIM_EVENTS,
     Background,
     KernelSim,
+    _hw_hash,
     auto_workers,
     is_memoised,
     simulate_launches,
@@ -38,7 +34,11 @@ from torchsim.prediction.kernel_sim import (
 )
 from torchsim.prediction.launch import LAUNCH_MODES, LaunchModel
 from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS, EventBudget
+from torchsim.prediction.plancache import PlanCache, PlanEntry, StepPlan, plan_key
 from torchsim.prediction.records import KernelRecord, MemoryFitError, MemoryWarning, Prediction
+
+if TYPE_CHECKING:  # torchsim.lowering's capture and planning import torch, which a plan-cache hit does not need
+    from torchsim.lowering.plan import KernelPlan, Preset
 
 
 def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int = 2048, decode_steps: int = 128,
@@ -62,7 +62,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     Kernels above `max_sim_events` node executions are extrapolated from truncated instances of their repeating
     dimensions (torchsim.prediction.repeats; `exact=True` simulates every kernel in full).
     Distinct kernels are simulated once per process (memoised), on `workers` processes when the work is large,
-    and kept in the on-disk cache (torchsim.prediction.cache; `cache=False` skips it). `tune=True` (GPU profiles)
+    and kept in the on-disk cache (torchsim.prediction.cache; `cache=False` skips it); so are the captured plans
+    (torchsim.prediction.plancache: a warm rerun imports no torch and captures nothing). `tune=True` (GPU profiles)
     gives every GEMM the simulated autotuner's configuration (lowering.templates.tune: the fastest of a bounded set
     of valid configurations, the default among them) instead of the one-shot heuristic.
     `tp` > 1 splits the model Megatron-style over `tp` GPUs of a multi-GPU system (torchsim.lowering.parallel:
@@ -90,8 +91,12 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         from torchsim.prediction.kernel_sim import EXACT
 
         max_sim_events = EXACT
-    preset = Preset.parse(preset)
-    launch = launch or ("cuda-graphs" if preset is Preset.SERVING else "eager")
+    if not isinstance(preset, str) or preset.strip().lower() not in ("eager", "serving"):
+        from torchsim.lowering.plan import Preset
+
+        preset = Preset.parse(preset).value  # a Preset, or an error naming the valid ones
+    preset = preset.strip().lower()
+    launch = launch or ("cuda-graphs" if preset == "serving" else "eager")
     if launch not in LAUNCH_MODES:
         raise ValueError(f"unknown launch mode {launch!r}; valid: {', '.join(LAUNCH_MODES)}")
     if fallback not in (None, "roofline", "none"):
@@ -107,7 +112,6 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if dtype.lower() not in ("bf16", "bfloat16", "fp16", "float16", "fp8", "fp8_e4m3"):
         raise ValueError(f"dtype {dtype!r} is not supported by torchsim's model builders yet; valid: bf16, fp16, "
                          "fp8 (an FP8 checkpoint: decoder-layer GEMMs in FP8 E4M3, the rest bf16)")
-    precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
     mb = min(pp, batch) if micro_batches is None else micro_batches
     _require_int("micro_batches", mb, minimum=1)
     if batch % mb:
@@ -126,9 +130,151 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
-    if quant is not None and precision is WeightPrecision.FP8 and quant.strip().lower() not in ("none", "fp8"):
+    fp8_checkpoint = dtype.strip().lower() in ("fp8", "fp8_e4m3", "e4m3")  # WeightPrecision.of_dtype
+    if quant is not None and fp8_checkpoint and quant.strip().lower() not in ("none", "fp8"):
         raise ValueError(f"dtype='fp8' is an FP8 checkpoint and quant={quant!r} another format; give one of them "
                          "(quant='fp8' is the same as dtype='fp8')")
+    lms = {ph: LaunchModel.for_mode(launch, prof, ph) for ph in ("prefill", "decode")}
+    samples = _sample_steps(decode_steps, decode_samples)
+    scenarios: list[tuple[str, int | None, int, int]] = [("prefill", None, prompt_len, 0)]
+    scenarios += [("decode", s, 1, kv0 + s) for s in samples]
+    disk = DiskCache() if cache else None
+    plan_cache = PlanCache() if cache else None
+    pkey = plan_key(model, prof, _hw_hash(prof), samples, batch=batch, prompt_len=prompt_len, kv_len=kv0,
+                    preset=preset, dtype=dtype.strip().lower(), kv_cache=kv_cache, weights=weights, routing=routing,
+                    fallback=fallback, tune=tune, tp=tp, ep=ep, pp=pp, micro_batches=mb, system=system,
+                    quant=quant, sp=sp, max_sim_events=max_sim_events if ep > 1 else 0) if plan_cache else None
+    entry = plan_cache.get(pkey, len(scenarios)) if plan_cache and pkey else None
+    todo: list[KernelCall] = []
+    # the simulation limit, checked as each step's calls are known (torchsim.prediction.limits)
+    budget = EventBudget(str(getattr(entry, "name", model)), prof, max_sim_events, max_total_events)
+    if entry is not None:  # the plans of an earlier run of the same prediction: no torch, no capture
+        t_setup = t_plan = time.perf_counter()
+        plans: list[Any] = list(entry.plans)
+        budget.add(c for p in plans for c in p.calls)
+        w_bytes = entry.weight_bytes
+        warnings, memory = _memory_fit(entry.name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=entry.kv_dtype,
+                                       allow=allow_oversubscribe, share=mb / pp)
+    else:
+        entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan = _capture(
+            model, prof, system, scenarios, batch // mb // dp, preset=preset, dtype=dtype, kv_cache=kv_cache,
+            quant=quant, routing=routing, fallback=fallback, tune=tune, tp=tp, ep=ep, pp=pp, dp=dp, mb=mb,
+            batch=batch, weights=weights, workers=workers, max_sim_events=max_sim_events, disk=disk,
+            allow_oversubscribe=allow_oversubscribe, prompt_len=prompt_len, kv0=kv0, decode_steps=decode_steps,
+            sp=sp, budget=budget)
+        if plan_cache and pkey:
+            plan_cache.put(pkey, entry)
+    name, precision_fp8, kv_dtype, fmt, keep = entry.name, entry.fp8, entry.kv_dtype, entry.fmt, entry.keep
+
+    distinct = {c.key(): c for p in plans for c in p.calls}
+    todo = list({**{c.key(): c for c in todo}, **{c.key(): c for c in distinct.values()
+                                                   if not is_memoised(c, prof, max_sim_events)}}.values())
+    simulate_many(list(distinct.values()), prof, max_events=max_sim_events, workers=workers, progress=progress,
+                  disk=disk)
+    # Every launch of a call is placed on its own (a split Flash-Decoding call: split kernel, gap, combine kernel).
+    launched = [[(c, s) for c in p.calls for s in simulate_launches(c, prof, max_events=max_sim_events)]
+                for p in plans]
+    sims = [[s for _c, s in lc] for lc in launched]
+    t_sim = time.perf_counter()
+
+    placed = [lms[sc[0]].place(s) for sc, s in zip(scenarios, sims, strict=True)]
+    stages = [_pipelined(lms[sc[0]], lc, pp, mb, entry.layers, system) for sc, lc in zip(scenarios, launched,
+                                                                                        strict=True)]
+    totals = [pl[1] if st is None else st["step_s"] for pl, st in zip(placed, stages, strict=True)]
+    ttft = totals[0]
+    step_s = _interpolate(samples, totals[1:], decode_steps)
+    step_weights = _weights(samples, decode_steps)
+    step_start = [ttft + float(np.sum(step_s[:s])) for s in samples]
+    clock = prof.clock_hz_value
+    records: list[KernelRecord] = []
+    for i, ((phase, step, _q, past), lc, (pos, _end)) in enumerate(zip(scenarios, launched, placed, strict=True)):
+        base = 0.0 if phase == "prefill" else step_start[i - 1]
+        w = 1.0 if phase == "prefill" else step_weights[i - 1]
+        kv = past + _q
+        records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
+                    for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
+
+    floors = [(w_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
+    n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
+    assumptions = (
+        *(f"approximated: {a}" for a in entry.approximations),  # models.config_fields
+        *(("GEMM configurations autotuned by simulation (the fastest of up to 24 valid ones per shape)",)
+          if tune else ()),
+        *dict.fromkeys(lm.describe() for lm in lms.values()),
+        *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
+           "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
+           "system's links (device time, on the compute stream, not overlapped); serving engines' custom "
+           "one-/two-shot all-reduce kernels are not modelled; weights counted as 1/tp of the model per GPU",)
+          if tp > 1 else ()),
+        *((f"pipeline parallel: {pp} stages of contiguous layers (embedding on the first, LM head on the last), "
+           f"{mb} micro-batch(es) of {batch // mb} sequences per step, GPipe-style (first micro-batch through every "
+           "stage + its activation sends + (micro-batches - 1) x the slowest stage); activation sends costed as "
+           "NCCL send/recv (a two-rank all-to-all) on the system's links; the kernel table shows one micro-batch",)
+          if pp > 1 else ()),
+        *(("sequence parallel: each all-reduce is a reduce-scatter, the norms and residual adds after it run on "
+           "tokens / tp, an all-gather restores every token before the next GEMM (Megatron-LM); steps whose token "
+           "count tp does not divide keep the all-reduce",) if sp and tp > 1 else ()),
+        *((f"expert parallel over the {ep} tensor-parallel ranks: each holds {ep}-th of the experts whole; every MoE "
+           "layer costs its slowest rank's experts (from the routing counts), the other kernels rank 0's",)
+          if ep > 1 and dp == 1 else ()),
+        *((f"expert parallel over {ep} GPUs of {system} with data-parallel attention (DeepEP-style): each rank runs "
+           f"{batch // dp} of the {batch} sequences through the model and holds {ep}-th of the experts, which see "
+           "every rank's tokens (routed like this rank's); an all-to-all dispatches each token's top-k copies before "
+           "the experts and another combines them after (NCCL all-to-all cost); every MoE layer costs its slowest "
+           "rank's experts",)
+          if dp > 1 else ()),
+        f"preset {preset}; greedy sampling on device; LM head on each sequence's last token; "
+        + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
+           "contiguous KV cache in the model's dtype")
+        + ("; FP8 checkpoint: decoder-layer GEMMs FP8 E4M3 (bf16 out, activation quantisation fused into the "
+           "producing kernel), embedding/LM head/norms/prefill attention in bf16"
+           if precision_fp8 and fmt is None else ""),
+        *((f"weights {fmt.name}: {fmt.description}; the decoder-layer GEMMs only"
+           + (f" (not {', '.join(keep)}: the checkpoint's modules_to_not_convert)" if keep else "")
+           + "; embedding, LM head, norms and attention in the model's dtype"
+           + ("" if fmt.weight_only else "; activation quantisation fused into the producing kernel"),)
+          if fmt is not None else ()),
+        f"decode steps {list(samples)} simulated, the others interpolated linearly in KV length",
+        f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template); "
+        + ("every kernel simulated in full (exact)" if exact else
+           f"kernels over {max_sim_events:,} node events extrapolated from truncated instances (method column)"),
+        "HBM floor uses the profile's sustained bandwidth "
+        f"({prof.dram_bytes_per_s_value / 1e12:.2f} TB/s, {prof.dram_bytes_per_s.kind})",
+    )
+    stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
+             "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
+             "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, "memory": memory,
+             "events": {"estimated": budget.total, "limit": max_total_events,  # torchsim.prediction.limits
+                        "simulated": sum(s.events for c in distinct.values()
+                                         for s in simulate_launches(c, prof, max_events=max_sim_events))},
+             **({"pipeline": {"prefill": stages[0], "decode": stages[1] if len(stages) > 1 else None}}
+                if pp > 1 else {}),
+             **entry.facts, **({"quant": fmt.name} if fmt is not None else {})}
+    timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
+               "total": time.perf_counter() - t0}
+    return Prediction(model=name, hw=prof.name, preset=preset, launch=launch, batch=batch,
+                      prompt_len=prompt_len, decode_steps=decode_steps, kv_len=kv0, ttft_s=ttft,
+                      decode_step_s=tuple(float(x) for x in step_s), sampled_steps=tuple(samples),
+                      kernels=tuple(records), hbm_floor_s=tuple(floors), assumptions=assumptions,
+                      warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system, ep=ep, pp=pp)
+
+
+def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, int | None, int, int]],
+             rows: int, *, preset: str, dtype: str, kv_cache: str | None, quant: str | None, routing: Any,
+             fallback: str | None, tune: bool, tp: int, ep: int, pp: int, dp: int, mb: int, batch: int,
+             weights: str | None, workers: int | None, max_sim_events: int, disk: DiskCache | None,
+             allow_oversubscribe: bool, prompt_len: int, kv0: int, decode_steps: int, sp: bool,
+             budget: EventBudget) -> tuple[Any, ...]:
+    """Build the model, capture and plan every scenario (the prefill's kernels simulated on worker processes
+    meanwhile): the plan-cache entry, the plans, weight bytes, memory warnings and report, the kernels already
+    simulated, and the times setup and planning ended."""
+    from torchsim.lowering.capture import capture_model
+    from torchsim.lowering.parallel import sequence_parallel, shard_plan
+    from torchsim.lowering.plan import Preset, plan_capture
+    from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
+    from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
+
+    precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
     fmt, keep = _resolve_quant(quant, cfg, prof)
     if fmt is not None and fmt.name == "fp8":  # per-tensor FP8: the FP8 checkpoint's plan
@@ -141,20 +287,15 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
                              f"exceeds {name}'s context of {ctx_len} tokens")
     routing = _resolve_routing(routing, cfg, batch * prompt_len)
-    lms = {ph: LaunchModel.for_mode(launch, prof, ph) for ph in ("prefill", "decode")}
     t_setup = time.perf_counter()
 
-    samples = _sample_steps(decode_steps, decode_samples)
-    scenarios: list[tuple[str, int | None, int, int]] = [("prefill", None, prompt_len, 0)]
-    scenarios += [("decode", s, 1, kv0 + s) for s in samples]
     plans: list[KernelPlan] = []
-    disk = DiskCache() if cache else None
     todo: list[KernelCall] = []
-    budget = EventBudget(name, prof, max_sim_events, max_total_events)  # checked as each step's calls are known
     with Background(prof, max_sim_events, 1, disk) as bg:
         for _phase, _step, q, past in scenarios:
-            cap = capture_model(module, batch // mb // dp, q, past)
-            plan = with_precision(plan_capture(cap, preset, routing=routing, fallback=fallback == "roofline"),
+            cap = capture_model(module, rows, q, past)
+            plan = with_precision(plan_capture(cap, Preset.parse(preset), routing=routing,
+                                               fallback=fallback == "roofline"),
                                   precision, kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
             if ep > 1:
                 ranks = [shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)]
@@ -186,98 +327,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             rest = [c for p in plans[1:] for c in p.calls if c.key() not in bg.keys]
             simulate_many(rest, prof, max_events=max_sim_events, workers=1, disk=disk)
         bg.wait()
-
-    distinct = {c.key(): c for p in plans for c in p.calls}
-    todo = list({**{c.key(): c for c in todo}, **{c.key(): c for c in distinct.values()
-                                                   if not is_memoised(c, prof, max_sim_events)}}.values())
-    simulate_many(list(distinct.values()), prof, max_events=max_sim_events, workers=workers, progress=progress,
-                  disk=disk)
-    # Every launch of a call is placed on its own (a split Flash-Decoding call: split kernel, gap, combine kernel).
-    launched = [[(c, s) for c in p.calls for s in simulate_launches(c, prof, max_events=max_sim_events)]
-                for p in plans]
-    sims = [[s for _c, s in lc] for lc in launched]
-    t_sim = time.perf_counter()
-
-    placed = [lms[sc[0]].place(s) for sc, s in zip(scenarios, sims, strict=True)]
-    stages = [_pipelined(lms[sc[0]], lc, pp, mb, _layers(cfg), system) for sc, lc in zip(scenarios, launched,
-                                                                                        strict=True)]
-    totals = [pl[1] if st is None else st["step_s"] for pl, st in zip(placed, stages, strict=True)]
-    ttft = totals[0]
-    step_s = _interpolate(samples, totals[1:], decode_steps)
-    step_weights = _weights(samples, decode_steps)
-    step_start = [ttft + float(np.sum(step_s[:s])) for s in samples]
-    clock = prof.clock_hz_value
-    records: list[KernelRecord] = []
-    for i, ((phase, step, _q, past), lc, (pos, _end)) in enumerate(zip(scenarios, launched, placed, strict=True)):
-        base = 0.0 if phase == "prefill" else step_start[i - 1]
-        w = 1.0 if phase == "prefill" else step_weights[i - 1]
-        kv = past + _q
-        records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
-                    for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
-
-    floors = [(w_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
-    n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
-    assumptions = (
-        *(f"approximated: {a}" for a in getattr(cfg, "approximations", ())),  # models.config_fields
-        *(("GEMM configurations autotuned by simulation (the fastest of up to 24 valid ones per shape)",)
-          if tune else ()),
-        *dict.fromkeys(lm.describe() for lm in lms.values()),
-        *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
-           "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
-           "system's links (device time, on the compute stream, not overlapped); serving engines' custom "
-           "one-/two-shot all-reduce kernels are not modelled; weights counted as 1/tp of the model per GPU",)
-          if tp > 1 else ()),
-        *((f"pipeline parallel: {pp} stages of contiguous layers (embedding on the first, LM head on the last), "
-           f"{mb} micro-batch(es) of {batch // mb} sequences per step, GPipe-style (first micro-batch through every "
-           "stage + its activation sends + (micro-batches - 1) x the slowest stage); activation sends costed as "
-           "NCCL send/recv (a two-rank all-to-all) on the system's links; the kernel table shows one micro-batch",)
-          if pp > 1 else ()),
-        *(("sequence parallel: each all-reduce is a reduce-scatter, the norms and residual adds after it run on "
-           "tokens / tp, an all-gather restores every token before the next GEMM (Megatron-LM); steps whose token "
-           "count tp does not divide keep the all-reduce",) if sp and tp > 1 else ()),
-        *((f"expert parallel over the {ep} tensor-parallel ranks: each holds {ep}-th of the experts whole; every MoE "
-           "layer costs its slowest rank's experts (from the routing counts), the other kernels rank 0's",)
-          if ep > 1 and dp == 1 else ()),
-        *((f"expert parallel over {ep} GPUs of {system} with data-parallel attention (DeepEP-style): each rank runs "
-           f"{batch // dp} of the {batch} sequences through the model and holds {ep}-th of the experts, which see "
-           "every rank's tokens (routed like this rank's); an all-to-all dispatches each token's top-k copies before "
-           "the experts and another combines them after (NCCL all-to-all cost); every MoE layer costs its slowest "
-           "rank's experts",)
-          if dp > 1 else ()),
-        f"preset {preset.value}; greedy sampling on device; LM head on each sequence's last token; "
-        + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
-           "contiguous KV cache in the model's dtype")
-        + ("; FP8 checkpoint: decoder-layer GEMMs FP8 E4M3 (bf16 out, activation quantisation fused into the "
-           "producing kernel), embedding/LM head/norms/prefill attention in bf16"
-           if precision is WeightPrecision.FP8 and fmt is None else ""),
-        *((f"weights {fmt.name}: {fmt.description}; the decoder-layer GEMMs only"
-           + (f" (not {', '.join(keep)}: the checkpoint's modules_to_not_convert)" if keep else "")
-           + "; embedding, LM head, norms and attention in the model's dtype"
-           + ("" if fmt.weight_only else "; activation quantisation fused into the producing kernel"),)
-          if fmt is not None else ()),
-        f"decode steps {list(samples)} simulated, the others interpolated linearly in KV length",
-        f"{n_fb} of {len(distinct)} distinct kernels are roofline estimates (no template); "
-        + ("every kernel simulated in full (exact)" if exact else
-           f"kernels over {max_sim_events:,} node events extrapolated from truncated instances (method column)"),
-        "HBM floor uses the profile's sustained bandwidth "
-        f"({prof.dram_bytes_per_s_value / 1e12:.2f} TB/s, {prof.dram_bytes_per_s.kind})",
-    )
-    stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
-             "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
-             "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, "memory": memory,
-             "events": {"estimated": budget.total, "limit": max_total_events,  # torchsim.prediction.limits
-                        "simulated": sum(s.events for c in distinct.values()
-                                         for s in simulate_launches(c, prof, max_events=max_sim_events))},
-             **({"pipeline": {"prefill": stages[0], "decode": stages[1] if len(stages) > 1 else None}}
-                if pp > 1 else {}),
-             **_model_facts(cfg, module, kv_dtype), **({"quant": fmt.name} if fmt is not None else {})}
-    timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
-               "total": time.perf_counter() - t0}
-    return Prediction(model=name, hw=prof.name, preset=preset.value, launch=launch, batch=batch,
-                      prompt_len=prompt_len, decode_steps=decode_steps, kv_len=kv0, ttft_s=ttft,
-                      decode_step_s=tuple(float(x) for x in step_s), sampled_steps=tuple(samples),
-                      kernels=tuple(records), hbm_floor_s=tuple(floors), assumptions=assumptions,
-                      warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system, ep=ep, pp=pp)
+    entry = PlanEntry(name=name, preset=preset, fp8=precision is WeightPrecision.FP8, kv_dtype=kv_dtype, fmt=fmt,
+                      keep=keep, plans=tuple(StepPlan(p.calls, p.proofs) for p in plans), weight_bytes=w_bytes,
+                      facts=_model_facts(cfg, module, kv_dtype),
+                      approximations=tuple(getattr(cfg, "approximations", ())), layers=_layers(cfg))
+    return entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan
 
 
 def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, order: int, start_s: float,
