@@ -193,8 +193,7 @@ def sequence_parallel(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
     scattered = 0  # bytes of the full tensor while this rank holds tokens / tp of it, else 0
     for c in plan.calls:
         if c.kind is KernelKind.COLLECTIVE and c.p("op") == "all-reduce":
-            out.append(_set(c, op="reduce-scatter"))
-            out[-1] = replace(out[-1], name=c.name.replace("all-reduce", "reduce-scatter"))
+            out.append(replace(_set(c, op="reduce-scatter"), name=c.name.replace("all-reduce", "reduce-scatter")))
             scattered = c.p("nbytes")
             continue
         if scattered and c.kind is KernelKind.GEMM:  # every token again before the next projection
