@@ -259,6 +259,39 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                       warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system, ep=ep, pp=pp)
 
 
+def step_entry(model: Any, hw: Any, *, rows: int, q: int, past: int, dtype: str = "bf16",
+               kv_cache: str | None = None, quant: str | None = None, tp: int = 1, system: str | None = None,
+               preset: str = "serving", cache: bool = True) -> tuple[PlanEntry, Any, str]:
+    """The plan of one forward step of `rows` sequences of `q` new tokens after `past` cached ones (torchsim.serving
+    rewrites it into each engine iteration), with the model's facts and weight bytes per GPU, the device profile and
+    the system: (entry, profile, system). From the plan cache when an earlier run captured the same step (no torch)."""
+    for name, value in (("rows", rows), ("q", q), ("tp", tp)):
+        _require_int(name, value, minimum=1)
+    _require_int("past", past, minimum=0)
+    if system is not None:
+        device, system = _devices(system, tp)
+        prof = _profile(hw)
+        if str(prof.name).split("+")[0] != device.name:
+            raise ValueError(f"system {system!r} has {device.name} GPUs; hw is {prof.name!r}")
+    else:
+        prof, system = _devices(hw, tp)
+    scenarios: list[tuple[str, int | None, int, int]] = [("decode" if q == 1 else "prefill", None, q, past)]
+    plan_cache = PlanCache() if cache else None
+    pkey = plan_key(model, prof, _hw_hash(prof), [], step=f"{rows}x{q}+{past}", preset=preset,
+                    dtype=dtype.strip().lower(), kv_cache=kv_cache, quant=quant, tp=tp, system=system) if plan_cache else None
+    entry = plan_cache.get(pkey, 1) if plan_cache and pkey else None
+    if entry is None:
+        budget = EventBudget(str(model), prof, DEFAULT_MAX_SIM_EVENTS, None)
+        entry = _capture(model, prof, system, scenarios, rows, preset=preset, dtype=dtype, kv_cache=kv_cache,
+                         quant=quant, routing=None, fallback=None, tune=False, tp=tp, ep=1, pp=1, dp=1, mb=1,
+                         batch=rows, weights=None, workers=1, max_sim_events=DEFAULT_MAX_SIM_EVENTS, disk=None,
+                         allow_oversubscribe=True, prompt_len=max(q, 1), kv0=past + q, decode_steps=0, sp=False,
+                         budget=budget)[0]
+        if plan_cache and pkey:
+            plan_cache.put(pkey, entry)
+    return entry, prof, system
+
+
 def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, int | None, int, int]],
              rows: int, *, preset: str, dtype: str, kv_cache: str | None, quant: str | None, routing: Any,
              fallback: str | None, tune: bool, tp: int, ep: int, pp: int, dp: int, mb: int, batch: int,
@@ -361,7 +394,8 @@ def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
     """What was understood of the model: its family, parameter count and KV-cache bytes per token."""
     hf_type = getattr(cfg, "model_type", "")
     family = f"{hf_type} (HF transformers)" if hf_type else str(getattr(cfg, "family", type(module).__name__))
-    facts: dict[str, Any] = {"family": family, "params": int(sum(p.numel() for p in module.parameters()))}
+    facts: dict[str, Any] = {"family": family, "params": int(sum(p.numel() for p in module.parameters())),
+                             "context": _context(cfg)}
     if hasattr(cfg, "kv_bytes_per_token"):
         facts["kv_bytes_per_token"] = int(cfg.kv_bytes_per_token(1 if kv_dtype is not None else 2))
     return facts

@@ -1,0 +1,87 @@
+"""torchsim.serving: continuous batching over simulated iterations (engine, load, cost, result)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchsim.serving.engine import IterBatch, KvCacheTooSmall, SchedulerConfig, run
+from torchsim.serving.load import LengthDist, Request, read_requests, synthetic
+
+
+def _cost(batch: IterBatch) -> float:
+    return 1e-3 + 1e-6 * batch.tokens  # a toy iteration cost: fixed part + per token
+
+
+def test_offline_run_serves_every_token_and_is_deterministic() -> None:
+    reqs = synthetic(50, LengthDist.parse("uniform:10:200"), LengthDist.parse("uniform:1:30"), seed=3)
+    cfg = SchedulerConfig.preset("vllm", max_num_batched_tokens=256)
+    a, b = run(reqs, cfg, _cost, kv_blocks=10_000), run(reqs, cfg, _cost, kv_blocks=10_000)
+    assert all(s.generated == s.req.output_len for s in a.requests)
+    assert [i.duration_s for i in a.iterations] == [i.duration_s for i in b.iterations]
+    assert all(i.tokens <= 256 for i in a.iterations)
+    assert all(s.first_token_s <= s.finish_s for s in a.requests)
+
+
+def test_small_kv_cache_preempts_and_still_finishes() -> None:
+    reqs = [Request(i, 0.0, 64, 64) for i in range(16)]
+    cfg = SchedulerConfig.preset("vllm")
+    tight = run(reqs, cfg, _cost, kv_blocks=20)  # 320 tokens: not all 16 requests fit at once
+    roomy = run(reqs, cfg, _cost, kv_blocks=10_000)
+    assert sum(s.preemptions for s in tight.requests) > 0
+    assert all(s.generated == 64 for s in tight.requests)
+    assert max(s.finish_s for s in tight.requests) > max(s.finish_s for s in roomy.requests)
+
+
+def test_reserve_admission_never_preempts() -> None:
+    reqs = [Request(i, 0.0, 64, 64) for i in range(16)]
+    out = run(reqs, SchedulerConfig.preset("trtllm"), _cost, kv_blocks=20)
+    assert sum(s.preemptions for s in out.requests) == 0
+    assert max(i.kv_blocks_used for i in out.iterations) <= 20
+
+
+def test_kv_cache_that_cannot_hold_one_request_is_an_error() -> None:
+    with pytest.raises(KvCacheTooSmall, match="request 0"):
+        run([Request(0, 0.0, 1000, 10)], SchedulerConfig.preset("vllm"), _cost, kv_blocks=4)
+
+
+def test_closed_loop_clients_bound_concurrency() -> None:
+    reqs = [Request(i, 0.0, 32, 8) for i in range(20)]
+    out = run(reqs, SchedulerConfig.preset("vllm"), _cost, kv_blocks=10_000, clients=3)
+    assert max(i.running for i in out.iterations) <= 3
+    assert all(s.generated == 8 for s in out.requests)
+
+
+def test_bad_loads_are_clear_errors(tmp_path) -> None:
+    with pytest.raises(ValueError, match="rate"):
+        synthetic(5, LengthDist.parse("10"), LengthDist.parse("10"), rate=0.0)
+    with pytest.raises(ValueError, match="uniform"):
+        LengthDist.parse("uniform:9:3")
+    empty = tmp_path / "r.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="no requests"):
+        read_requests(empty)
+    bad = tmp_path / "b.jsonl"
+    bad.write_text(json.dumps({"input_len": 5, "output_len": 3}) + "\n{oops\n")
+    with pytest.raises(ValueError, match="line 2"):
+        read_requests(bad)
+    neg = tmp_path / "n.csv"
+    neg.write_text("arrival_s,input_len,output_len\n0,10,5\n0.5,-3,5\n")
+    with pytest.raises(ValueError, match="line 3"):
+        read_requests(neg)
+
+
+def test_serve_end_to_end_on_a_tiny_model(tmp_path) -> None:
+    from torchsim.serving import serve
+
+    r = serve("llama-tiny", "h100-sxm", offline=True, num_requests=12, input_len=48, output_len=6)
+    d = r.summary_dict()
+    assert d["requests"] == 12 and d["output_tokens"] == 72
+    assert d["ttft_ms"]["p50"] > 0 and d["output_tokens_per_s"] > 0
+    assert json.loads(r.to_json())["tpot_ms"]["p99"] >= json.loads(r.to_json())["tpot_ms"]["p50"]
+    rows, its = r.write_parquet(tmp_path / "req.parquet", tmp_path / "req.iterations.parquet")
+    assert rows == 12 and its == d["iterations"]
+    assert r.write_perfetto(tmp_path / "t.pftrace") >= d["iterations"]
+    with pytest.raises(ValueError, match="context"):
+        serve("llama-tiny", "h100-sxm", requests=[Request(0, 0.0, 10**6, 10)])
