@@ -278,7 +278,8 @@ def step_entry(model: Any, hw: Any, *, rows: int, q: int, past: int, dtype: str 
     scenarios: list[tuple[str, int | None, int, int]] = [("decode" if q == 1 else "prefill", None, q, past)]
     plan_cache = PlanCache() if cache else None
     pkey = plan_key(model, prof, _hw_hash(prof), [], step=f"{rows}x{q}+{past}", preset=preset,
-                    dtype=dtype.strip().lower(), kv_cache=kv_cache, quant=quant, tp=tp, system=system) if plan_cache else None
+                    dtype=dtype.strip().lower(), kv_cache=kv_cache, quant=quant, tp=tp,
+                    system=system) if plan_cache else None
     entry = plan_cache.get(pkey, 1) if plan_cache and pkey else None
     if entry is None:
         budget = EventBudget(str(model), prof, DEFAULT_MAX_SIM_EVENTS, None)
