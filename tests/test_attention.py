@@ -346,3 +346,25 @@ def test_soft_capping_costs_a_tanh_per_score(hw_name: str) -> None:
     rp, rc = simulate(kp, hw), simulate(kc, hw)
     assert rc.cycles >= rp.cycles
     assert rc.time_s >= kc.flops / hw.peak_tensor_flops_per_s(DType.BF16)  # never beats the roofline
+
+
+def test_triton_pays_its_generated_softmax_and_epilogue_division() -> None:
+    """Triton's softmax is exposed (no ping-pong) and costs more lanes than FlashAttention's (FMNMX on the half-rate
+    ALU pipe, exp2 without .ftz), and its epilogue divides O element-wise (one MUFU.RCP per element): on one SM the
+    Triton kernel is slower than FA3 on the same shape, its softmax FMA work exceeds the plain lane count, and it
+    grows with the K/V length."""
+    hw = get_profile("h100-sxm")
+    shape = AttnShape(1, 1, 1, 128, 2048, 128)
+    kg = attention(shape, hw, variant=AttnVariant.TRITON)
+    g = kg.classes[0].graph
+    names = list(g.node_names)
+    rcp = [i for i, nm in enumerate(names) if nm.startswith("rcp_normalize")]
+    assert rcp and all(g.unit[i] == Unit.SFU and g.work[i] == 64 * 128 for i in rcp)  # one RCP per O element
+    rowmax = next(i for i, nm in enumerate(names) if nm.startswith("rowmax_0"))
+    assert g.work[rowmax] > 64 * 128 * 2.0  # FMNMX costs more than one FFMA slot per score
+    t_triton = simulate(kg, hw, max_sms=1).cycles
+    t_fa3 = simulate(attention(shape, hw, variant=AttnVariant.FA3), hw, max_sms=1).cycles
+    assert t_triton > t_fa3
+    longer = simulate(attention(AttnShape(1, 1, 1, 128, 4096, 128), hw, variant=AttnVariant.TRITON), hw,
+                      max_sms=1).cycles
+    assert longer > t_triton

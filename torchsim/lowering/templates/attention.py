@@ -214,10 +214,10 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
             link(b, pv.get((g, i - 1), -1), sm)  # acc * alpha needs the previous P V accumulated
             pv[g, i] = w.pv(wg, rows, bn, f"pv{g}[{i}]")
             link(b, [*vs[i], *sm], pv[g, i])
-    for g, wg in enumerate(wgs):
-        norm = w.normalize(wg, rows, f"normalize{g}")
+    for g, wg in enumerate(wgs):  # epilogue: acc / l_i element-wise (div.full.f32), then the store
+        norm = w.divide(wg, rows, f"normalize{g}")
         link(b, [pv[g, n - 1] if n else qs[g]], norm)
-        b.data(norm, w.store_o(wg, rows, aff(g, m=groups), f"store_O{g}", via_smem=True)[0])
+        link(b, norm, w.store_o(wg, rows, aff(g, m=groups), f"store_O{g}", via_smem=True)[0])
 
 
 def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:

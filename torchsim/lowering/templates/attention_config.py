@@ -22,6 +22,19 @@ MASK_LANE_OPS = 1.0  # compare-and-select on blocks that cross the causal diagon
 POLY_EXP_LANE_OPS = 7.0
 # The FMA pipe's rate counts an FFMA as 2 FLOP; any other lane instruction takes the same issue slot.
 FLOP_PER_LANE_OP = 2.0
+# Triton's code generation for the tutorial softmax (counts per score element, in FMA-pipe issue slots):
+# FMNMX (row max) runs on the ALU pipe, half the FP32 lane rate on sm80/sm90 (64 vs 128 results/clk/SM,
+# GpuProfile.int32_ops_per_clk_per_sm / fma lanes), so each costs two slots.
+ALU_SLOT_COST = 2.0
+# tl.math.exp2 on fp32 lowers to PTX ex2.approx.f32 without .ftz (Triton's ftz flag reaches libdevice only,
+# triton-lang/triton#5735), which ptxas expands around MUFU.EX2 with a subnormal range check: FSETP (ALU, two
+# slots) and two predicated FMULs (assumed from compiler SASS dumps of ex2.approx.f32), plus the MUFU
+# instruction's own dispatch slot (one instruction issued per SMSP per clock).
+EXP2_NOFTZ_SLOTS = ALU_SLOT_COST + 2.0 + 1.0
+# `acc / l_i[:, None]` in the epilogue is an element-wise fp32 division, div.full.f32 (Triton's DivF lowering):
+# one MUFU.RCP and (assumed) three FMA-pipe instructions per output element, where FlashAttention multiplies by
+# one reciprocal per row.
+DIV_FULL_FMA_SLOTS = 3.0
 
 
 class AttnVariant(Enum):

@@ -16,6 +16,9 @@ from torchsim.graph import DType, GraphBuilder, Op, Space, TileDesc, Unit, aff
 from torchsim.graph.tile import Affine
 from torchsim.hwmodels.gpu import mma_datapath_flop
 from torchsim.lowering.templates.attention_config import (
+    ALU_SLOT_COST,
+    DIV_FULL_FMA_SLOTS,
+    EXP2_NOFTZ_SLOTS,
     FLOP_PER_LANE_OP,
     MASK_LANE_OPS,
     POLY_EXP_LANE_OPS,
@@ -145,14 +148,24 @@ class AttnWriter:
         the sum and pack, side by side, with the O rescale. Returns (the row-max node, which reads S; the
         nodes after which P and the rescaled O are ready)."""
         elems = rows * cols
-        pre = elems * (1.0 + (MASK_LANE_OPS if masked else 0.0) + 2.0 * self.softcap)  # soft-capping first
-        post = elems * (SOFTMAX_LANE_OPS - 1.0) + rows * self.head_dim_v
+        # the row max is FMNMX on the half-rate ALU pipe (attention_config.ALU_SLOT_COST)
+        pre = elems * (ALU_SLOT_COST + (MASK_LANE_OPS if masked else 0.0) + 2.0 * self.softcap)  # soft-capping first
+        # scale-and-subtract, sum, pack, the O rescale, and exp2's non-ftz expansion with MUFU's dispatch slot
+        post = elems * (SOFTMAX_LANE_OPS - 1.0 + EXP2_NOFTZ_SLOTS) + rows * self.head_dim_v
         first = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=pre * FLOP_PER_LANE_OP, name=f"rowmax_{name}")
         rest = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=post * FLOP_PER_LANE_OP, name=f"softmax_{name}")
         exp = self.b.node(group, Op.EXP, Unit.SFU, work=elems * (1.0 + self.softcap), name=f"exp_{name}")
         self.b.data(first, rest)
         self.b.data(first, exp)
         return first, [rest, exp]
+
+    def divide(self, group: int, rows: int, name: str) -> list[int]:
+        """O / row sum as an element-wise fp32 division (Triton's `acc / l_i[:, None]`, div.full.f32): one
+        MUFU.RCP and DIV_FULL_FMA_SLOTS FMA-pipe instructions per element, side by side; both read O."""
+        elems = rows * self.head_dim_v
+        fma = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=elems * DIV_FULL_FMA_SLOTS * FLOP_PER_LANE_OP,
+                          name=name)
+        return [fma, self.b.node(group, Op.EXP, Unit.SFU, work=elems, name=f"rcp_{name}")]
 
     def normalize(self, group: int, rows: int, name: str) -> int:
         """O / row sum at the end (and the log-sum-exp of each row)."""
