@@ -228,7 +228,7 @@ def sm_limits(device: str, combined: str | None = None) -> dict[str, Any]:
 
 
 # Tensor energies per FLOP, bf16, at V(clock_max_hz): printed by scripts/calibrate_power.py (sources at the fields).
-A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2075, 0.8269, 0.5383
+A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2075, 0.8269, 0.6034
 
 GPU_BENCHES = "github te42kyfo/gpu-benches @ 1c36d509ee717dca9215c27135fa1e611bb03ed1"
 MICROBENCH_BW = "github SemiAnalysisAI/microbench-blackwell @ 9a068d853d5c3676939eb46fe21ff6d6a2a4133b"
@@ -544,10 +544,15 @@ b200 = replace(
     clock_min_hz=assumed(345e6, "Hz", "assumed: Hopper's idle SM clock (B200 min clock not found, " + POWER_NOTES +
                          " §2)"),
     tensor_pj_per_flop_bf16=calibrated(B200_BF16_PJ, "pJ/FLOP", "scripts/calibrate_power.py: the simulated "
-                                       "8192^3 bf16 GEMM draws 1000 W at 1.58 GHz: HGX B200 SM clock 1965 -> "
-                                       "~1580 MHz at ~1000 W under back-to-back BF16 tensor work (flashinfer-ai/"
-                                       "flashinfer PR #2899, " + POWER_NOTES + " §1; MAMF bf16 1745 TFLOPS implies "
-                                       ">= 1.44 GHz)"),
+                                       "4096^3 bf16 GEMM draws 1000 W at 1.586 GHz: a B200 write-up measuring "
+                                       "clock and power during back-to-back cuBLAS GEMMs ('TCA 51% but MFU Under "
+                                       "8%: Hidden GPU Performance Losses' §4.2, find_string id 54600572863: "
+                                       "4096^3 1586 MHz at 984 W, 2048^3 1939 MHz at 964 W, 1024^3 1965 MHz at "
+                                       "409 W; large matrices ~1460 MHz). Corroborated by HGX B200 1965 -> ~1580 "
+                                       "MHz at ~1000 W under BF16 tensor work (flashinfer-ai/flashinfer PR #2899, "
+                                       + POWER_NOTES + " §1; MAMF bf16 1745 TFLOPS implies >= 1.44 GHz). Was "
+                                       "0.5383, anchored on the simulated 8192^3 GEMM at 1.58 GHz: no size was "
+                                       "given for that clock, and 8192^3 then ran at 1.58 instead of ~1.46 GHz"),
     tensor_pj_per_flop_fp8=calibrated(B200_BF16_PJ * 1745.0 / 3432.5, "pJ/FLOP", "bf16 energy x 1745/3432.5: "
                                       "B200 MAMF bf16 vs fp8 TFLOPS (ml-engineering README @ 744d01e, " +
                                       POWER_NOTES + " §1; equal clocks assumed)"),
