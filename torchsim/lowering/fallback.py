@@ -64,8 +64,14 @@ def work(call: KernelCall) -> tuple[float, float, bool]:
     if k in (KernelKind.ATTENTION_PREFILL, KernelKind.ATTENTION_DECODE):
         bt, hq, hkv, sq, skv, d = (p(x) for x in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"))
         causal = k is KernelKind.ATTENTION_PREFILL and p("causal", False)
-        pairs, keys = _attention_pairs(sq, skv, causal, p("window", 0))
-        return 4.0 * bt * hq * pairs * d, bt * (2 * hq * sq * d + 2 * hkv * keys * d) * b, True
+        # varlen calls (templates.varlen): the sums over their sequences' (q, kv) lengths
+        lens = list(p("seqs", ())) or [(sq, kv) for kv in p("kv_lens", ())] or [(sq, skv)] * bt
+        flops = nbytes = 0.0
+        for q_len, kv_len in lens:
+            pairs, keys = _attention_pairs(q_len, kv_len, causal, p("window", 0))
+            flops += 4.0 * hq * pairs * d
+            nbytes += (2 * hq * q_len * d + 2 * hkv * keys * d) * b
+        return flops, nbytes, True
     if k is KernelKind.MLA_DECODE:
         bt, hq, sq, skv, d, dv = (p(x) for x in ("batch", "heads_q", "seq_q", "seq_kv", "head_dim", "head_dim_v"))
         return 2.0 * bt * hq * sq * skv * (d + dv), bt * (hq * sq * (d + dv) + skv * d) * b, True

@@ -307,6 +307,7 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
         from torchsim.lowering.templates import build_kernels
     except ImportError:  # the template library is optional while it is being written
         return (_roofline(call, hw, "no template library"),)
+    from torchsim.lowering.templates.varlen import NotModelledError
     from torchsim.prediction import repeats
 
     try:
@@ -317,6 +318,8 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
         kgs = build_kernels(call, hw)
     except NotImplementedError:
         return (_roofline(call, hw, f"no {call.kind.value} template yet"),)
+    except NotModelledError:  # e.g. varlen attention on Tensix: an error, never a roofline passed off as a kernel
+        raise
     except ValueError as exc:  # the template exists but does not serve this shape/dtype on this profile
         return (_roofline(call, hw, f"no template serves this shape ({exc})"),)
     out = []

@@ -420,7 +420,8 @@ def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None
     from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant, default_config
 
     a = kg.attrs
-    if not str(a.get("template", "")).startswith("attention/") or a.get("causal") or len(kg.classes) != 1:
+    if not str(a.get("template", "")).startswith("attention/") or a.get("causal") or len(kg.classes) != 1 \
+            or a.get("varlen"):  # a varlen kernel's sequences are not the uniform shape its attrs would rebuild
         return None
     shape = AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
                       int(a["head_dim"]), False, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0),
@@ -532,6 +533,8 @@ def call_family(call: Any, hw: Any, index: int, kg: KernelGraph) -> Family | Non
     parameter shortened, when the shorter builds keep the full kernel's configuration."""
     from torchsim.lowering.kernel_call import KernelKind
 
+    if kg.attrs.get("varlen"):  # per-sequence K/V lengths: no one parameter to shorten, simulated in full
+        return None
     if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.MLA_DECODE) and index == 0 and not _is_tensix(hw):
         splits = int(kg.attrs.get("splits", 1) or 1)
         bn = int(kg.attrs.get("bn", 0) or kg.attrs.get("page_size", 0) or 0)  # FlashMLA walks K/V by page

@@ -37,8 +37,8 @@ _NUMERIC = ("cycles", "time_s", "flops", "dram_bytes", "l2_hit_rate", "events", 
 
 def reuse_key(call: KernelCall, hw: Any) -> tuple[tuple[Any, ...], str, int] | None:
     """(group key, dimension, size) of a call whose time is affine in one size, or None."""
-    if _is_tensix(hw) or call.p("roofline", False):
-        return None
+    if _is_tensix(hw) or call.p("roofline", False) or call.p("seqs", ()) or call.p("kv_lens", ()):
+        return None  # (varlen attention: its time is not affine in one size)
     if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.MLA_DECODE):
         dim = "kv_blocks"  # K/V blocks each split walks
         try:

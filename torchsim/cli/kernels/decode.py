@@ -8,8 +8,9 @@ import io
 import json
 from typing import Any
 
+from torchsim.cli import UsageError
 from torchsim.cli.kernel import add_common, emit_outputs, positive, run_and_report
-from torchsim.cli.kernels.attention import add_shape, shape_from
+from torchsim.cli.kernels.attention import add_shape, parse_kv_lens, shape_from, varlen_args
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.attention_config import AttnVariant
@@ -19,8 +20,11 @@ from torchsim.sim import KernelResult
 
 def register(sub: Any) -> None:
     p = sub.add_parser("decode", help="decoding attention: Flash-Decoding split-KV kernel + combine kernel")
-    add_shape(p, seq_q_default=1)
-    p.add_argument("--seq-kv", type=int, required=True, help="K/V cache length")
+    add_shape(p, seq_q_default=1, varlen="--kv-lens")
+    p.add_argument("--seq-kv", type=int, default=None, help="K/V cache length (required unless --kv-lens)")
+    p.add_argument("--kv-lens", default=None,
+                   help="varlen decode: the K/V length of each sequence, e.g. 100,2000,512 (FlashAttention's "
+                        "seqused_k over a paged cache); sets --batch and --seq-kv")
     p.add_argument("--causal", action="store_true", help="causal mask among the new query tokens")
     p.add_argument("--page-size", type=int, default=0, help="paged K/V: tokens per page (0: contiguous)")
     p.add_argument("--splits", type=int, default=None, help="K/V splits (default: FlashAttention's heuristic)")
@@ -42,10 +46,15 @@ def register(sub: Any) -> None:
 
 
 def _run_decode(args: argparse.Namespace) -> int:
+    kv_lens = parse_kv_lens(args.kv_lens) if args.kv_lens is not None else None
+    if kv_lens is not None:
+        varlen_args(args, "--kv-lens", {"batch": len(kv_lens), "seq_kv": max(kv_lens)})
+    elif args.batch is None or args.seq_kv is None:
+        raise UsageError("give --batch and --seq-kv (or --kv-lens 100,2000,... for sequences of different lengths)")
     shape = shape_from(args, args.causal)
     splits = positive("splits", args.splits) if args.splits is not None else None
     kernels = flash_decode(shape, get_profile(args.hw), splits, args.page_size,
-                           AttnVariant.parse(args.variant) if args.variant else None)
+                           AttnVariant.parse(args.variant) if args.variant else None, kv_lens=kv_lens)
     _report_launches(kernels, args)
     return 0
 

@@ -18,6 +18,8 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from torchsim.graph import CtaClass, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit, aff
@@ -40,18 +42,27 @@ PARAMS = ("b", "h", "hk", "m")
 
 
 def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
-              variant: AttnVariant | None = None) -> KernelGraph:
+              variant: AttnVariant | None = None, seqs: Sequence[tuple[int, int]] | None = None) -> KernelGraph:
     """softmax(Q K^T) V for `shape` on `hw` with the FlashAttention generation `variant` (default: the
-    architecture's own) and its tile configuration `cfg` (default: FlashAttention's heuristic)."""
+    architecture's own) and its tile configuration `cfg` (default: FlashAttention's heuristic).
+
+    `seqs` (q_len, kv_len) per sequence makes it the varlen kernel (FlashAttention's `cu_seqlens_q/k`): `shape`
+    then holds the longest q and kv (`varlen_shape`), sequence i has its own query blocks, each visiting its own
+    causal span of sequence i's keys; tile coordinates are (sequence, head, block of that sequence), so no two
+    sequences' tiles coincide. FLOPs and DRAM bytes are the sums over the sequences."""
     cfg = cfg or default_config(shape, hw, variant)
     check_variant(cfg.variant, shape, hw)
-    mblocks = math.ceil(shape.seq_q / cfg.bm)
-    spans = [kv_span(shape, cfg.bm, cfg.bn, m) for m in range(mblocks)]
+    per_seq = [shape] * shape.batch if seqs is None else sequence_shapes(shape, seqs)
+    spans_of: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for s in per_seq:  # one list of spans per distinct (q, kv) length
+        if (s.seq_q, s.seq_kv) not in spans_of:
+            spans_of[s.seq_q, s.seq_kv] = [kv_span(s, cfg.bm, cfg.bn, m) for m in range(math.ceil(s.seq_q / cfg.bm))]
     # a sliding window: each query block starts at its own first K/V block (CTA parameter k0)
-    window = {"kv_base": "k0"} if shape.binding_window else {}
+    window = {"kv_base": "k0"} if any(s.binding_window for s in per_seq) else {}
     names = (*PARAMS, "k0") if window else PARAMS
     rows = [((n, masked), (b, h, h // shape.group, m, *((first,) if window else ())))
-            for b in range(shape.batch) for h in range(shape.heads_q) for m, (n, masked, first) in enumerate(spans)]
+            for b, s in enumerate(per_seq) for h in range(shape.heads_q)
+            for m, (n, masked, first) in enumerate(spans_of[s.seq_q, s.seq_kv])]
     classes = []
     tmem = tmem_accumulators(cfg.variant, hw)
     for cr in group_ctas(rows, names, order=lambda key: -key[0]):
@@ -61,20 +72,37 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
     v = cfg.variant.value
+    mblocks = math.ceil(shape.seq_q / cfg.bm)
+    name = f"attention_{v}_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
+    varlen: dict[str, Any] = {}
+    if seqs is not None:
+        tq, tkv = sum(s.seq_q for s in per_seq), sum(s.seq_kv for s in per_seq)
+        name = (f"attention_{v}_varlen{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{tq}_kv{tkv}"
+                f"_max{shape.seq_q}x{shape.seq_kv}")
+        mblocks = sum(len(spans_of[s.seq_q, s.seq_kv]) for s in per_seq)
+        varlen = {"varlen": True, "total_q": tq, "total_kv": tkv}
     return KernelGraph(
-        name=f"attention_{v}_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
-             f"_d{shape.head_dim}" + ("_causal" if shape.causal else "")
+        name=name + f"_d{shape.head_dim}" + ("_causal" if shape.causal else "")
              + (f"_window{shape.binding_window}" if shape.binding_window else ""),
-        classes=tuple(classes), flops=shape.flops(), dram_bytes=shape.io_bytes(),
+        classes=tuple(classes), flops=sum(s.flops() for s in per_seq) if seqs is not None else shape.flops(),
+        dram_bytes=sum(s.io_bytes() for s in per_seq) if seqs is not None else shape.io_bytes(),
         attrs={"template": f"attention/{v}", "variant": v, "bm": cfg.bm, "bn": cfg.bn, "stages": cfg.stages,
                "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
                "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
-               "dtype": shape.dtype.name.lower(), "query_blocks": mblocks,
+               "dtype": shape.dtype.name.lower(), "query_blocks": mblocks, **varlen,
                **({"window": shape.binding_window} if shape.binding_window else {}),
                **({"softcap": shape.softcap} if shape.softcap else {}),  # (truncated instances rebuild it)
                # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
                **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})},
     )
+
+
+def sequence_shapes(shape: AttnShape, seqs: Sequence[tuple[int, int]]) -> list[AttnShape]:
+    """The one-sequence shape of each (q_len, kv_len) of a varlen batch whose longest lengths `shape` holds."""
+    if len(seqs) != shape.batch or max(q for q, _ in seqs) != shape.seq_q or max(k for _, k in seqs) != shape.seq_kv:
+        raise ValueError(f"varlen attention: batch={shape.batch}, seq_q={shape.seq_q}, seq_kv={shape.seq_kv} must be "
+                         f"the number of sequences and the longest q and kv of seqs ({len(seqs)} sequences)")
+    return [replace(shape, batch=1, seq_q=q, seq_kv=kv) for q, kv in seqs]
 
 
 def threads(cfg: AttnConfig) -> int:

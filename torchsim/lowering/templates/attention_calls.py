@@ -1,4 +1,5 @@
-"""KernelCall adapters of the attention templates: prefill, Flash-Decoding and FlashMLA kernel calls.
+"""KernelCall adapters of the attention templates: prefill, Flash-Decoding and FlashMLA kernel calls (uniform, or
+varlen with per-sequence lengths: torchsim.lowering.templates.varlen builds those calls).
 
 `CALLS` (kind -> builder of the kernel a call launches first) is registered by torchsim.lowering.templates;
 `LAUNCHES` (kind -> builder of every launch, in order) serves `build_kernels` for the decode kinds, whose
@@ -15,6 +16,7 @@ from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates.attention import attention
 from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant
 from torchsim.lowering.templates.decode import flash_decode, flash_mla
+from torchsim.lowering.templates.varlen import call_kv_lens, call_seqs
 
 DEFAULT_PAGE_TOKENS = 16  # `paged=True` without a size: vLLM's default block size
 
@@ -39,11 +41,14 @@ def page_tokens(call: KernelCall) -> int:
 
 
 def prefill(call: KernelCall, hw: Any) -> KernelGraph:
-    return attention(shape_of(call), hw, variant=_variant(call))
+    """The FlashAttention forward; with `seqs` (varlen.varlen_prefill_call) the varlen kernel over those chunks."""
+    return attention(shape_of(call), hw, variant=_variant(call), seqs=call_seqs(call))
 
 
 def decode_launches(call: KernelCall, hw: Any) -> list[KernelGraph]:
-    return flash_decode(shape_of(call), hw, call.p("num_splits", 0) or None, page_tokens(call), _variant(call))
+    """Flash-Decoding's launches; with `kv_lens` (varlen.varlen_decode_call) over sequences of those lengths."""
+    return flash_decode(shape_of(call), hw, call.p("num_splits", 0) or None, page_tokens(call), _variant(call),
+                        kv_lens=call_kv_lens(call))
 
 
 def mla_launches(call: KernelCall, hw: Any) -> list[KernelGraph]:

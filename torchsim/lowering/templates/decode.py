@@ -15,11 +15,12 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, Unit, aff
+from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit, aff
 from torchsim.hwmodels.gpu import Arch, GpuProfile
 from torchsim.lowering.templates.attention import smem_bytes, threads, write_cta
 from torchsim.lowering.templates.attention_config import (
@@ -31,7 +32,7 @@ from torchsim.lowering.templates.attention_config import (
     datapath_rows,
     default_config,
 )
-from torchsim.lowering.templates.attention_parts import OUT_DTYPE, group_ctas
+from torchsim.lowering.templates.attention_parts import OUT_DTYPE, AttnWriter, group_ctas
 from torchsim.lowering.templates.mla import MLA_BLOCK, MLA_REGS, MLA_THREADS, check_mla, mla_smem, mla_split_kernel
 
 COMBINE_ROWS = 32  # rows (batch x head x query) per combine CTA
@@ -80,23 +81,35 @@ def check_page_size(page_size: int) -> None:
 
 
 def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None, page_size: int = 0,
-                 variant: AttnVariant | None = None) -> list[KernelGraph]:
+                 variant: AttnVariant | None = None, kv_lens: Sequence[int] | None = None) -> list[KernelGraph]:
     """Flash-Decoding: CTAs over (batch, K/V head, packed query block, K/V split), each running the
     FlashAttention mainloop over its split and writing FP32 partials; a combine kernel merges the splits.
 
     `page_size` > 0 reads K/V through a block table of pages of that many tokens (vLLM/FlashAttention
-    paged KV); pages smaller than a K/V block are gathered with cp.async instead of TMA."""
+    paged KV); pages smaller than a K/V block are gathered with cp.async instead of TMA.
+
+    `kv_lens` (one K/V length per sequence; `shape` then holds the longest, `seq_kv`) is the varlen decode
+    (FlashAttention's `seqused_k` over a paged cache): the split count is chosen once for the launch from the
+    longest sequence, as FlashAttention-2's `set_params_splitkv` does with max_seqlen_k, every split spans
+    the same number of blocks, and sequence b's split CTAs walk only its own blocks; a split past the end of
+    a shorter sequence exits at once and writes an empty partial (zeros, log-sum-exp -inf) for the combine."""
     check_page_size(page_size)
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
         raise ValueError(f"num_splits must be a positive integer (or None for the heuristic), got {num_splits!r}")
+    per_seq = [shape] * shape.batch if kv_lens is None else sequence_kv_shapes(shape, kv_lens)
     cfg = decode_config(shape, hw, variant, page_size)
     check_variant(cfg.variant, shape, hw)
     rows = shape.seq_q * shape.group
     mblocks = math.ceil(rows / cfg.bm)
-    # a sliding window: the splits cover only the K/V blocks from the one holding the window's first key
-    first_block = shape.key_range(0)[0] // cfg.bn if shape.binding_window else 0
-    n_blocks = math.ceil(shape.seq_kv / cfg.bn) - first_block
-    head_masked = int(shape.binding_window > 0 and shape.key_range(0)[0] % cfg.bn != 0)
+
+    def blocks(s: AttnShape) -> tuple[int, int, int]:
+        """(first K/V block, blocks, whether the first is masked) of one sequence: under a sliding window the
+        splits cover only the blocks from the one holding the window's first key."""
+        first = s.key_range(0)[0] // cfg.bn if s.binding_window else 0
+        return (first, math.ceil(s.seq_kv / cfg.bn) - first,
+                int(s.binding_window > 0 and s.key_range(0)[0] % cfg.bn != 0))
+
+    first_block, n_blocks, _ = blocks(shape)  # the longest sequence sets the split count and length
     packed = AttnShape(shape.batch, shape.heads_kv, shape.heads_kv, rows, shape.seq_kv, shape.head_dim,
                        shape.causal, shape.dtype, shape.dv)
     slots = hw.sms * occupancy(hw, threads(cfg), cfg.regs_per_thread, smem_bytes(cfg, packed))
@@ -104,15 +117,17 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     splits = num_splits or split_heuristic(ctas, slots, n_blocks)
     per = math.ceil(n_blocks / min(splits, n_blocks))
     splits = math.ceil(n_blocks / per)
-    tail_masked = int(shape.seq_kv % cfg.bn != 0 or shape.causal)
     table = []
-    for b in range(shape.batch):
+    for b, s in enumerate(per_seq):
+        first_b, n_b, head_masked = blocks(s) if s is not shape else (first_block, n_blocks, blocks(shape)[2])
+        tail_masked = int(s.seq_kv % cfg.bn != 0 or s.causal)
         for hk in range(shape.heads_kv):
             for sp in range(splits):
-                n = min(per, n_blocks - sp * per)
-                masked = (tail_masked if sp == splits - 1 else 0) + (head_masked if sp == 0 else 0)
+                n = max(0, min(per, n_b - sp * per))
+                last = sp == splits - 1 or (sp + 1) * per >= n_b
+                masked = (tail_masked if last else 0) + (head_masked if sp == 0 else 0)
                 for m in range(mblocks):
-                    table.append(((n, min(n, masked)), (b, hk, m, first_block + sp * per, sp)))
+                    table.append(((n, min(n, masked)), (b, hk, m, first_b + sp * per, sp)))
     opts = {"q_head": "hk", "kv_base": "n0", "split": "sp" if splits > 1 else "",
             "kv_gather": 0 < page_size < cfg.bn, "pages": 0, "datapath_rows": datapath_rows(cfg.variant, hw),
             "tmem_accumulators": hw.tmem_bytes_per_sm.value > 0}
@@ -120,25 +135,50 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     for cr in group_ctas(table, ("b", "hk", "m", "n0", "sp"), order=lambda key: -key[0]):
         n, masked = cr.key
         pages = math.ceil(n * cfg.bn / page_size) if page_size else 0
-        graph = write_cta(cfg, packed, n, masked, name="flash_decode", hw=hw, **{**opts, "pages": pages})
+        graph = write_cta(cfg, packed, n, masked, name="flash_decode", hw=hw, **{**opts, "pages": pages}) if n \
+            else empty_split(cfg, packed)
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, packed)))
     out_rows = shape.batch * shape.heads_q * shape.seq_q
     partial = splits * out_rows * (shape.dv + 1) * 4.0 if splits > 1 else 0.0
-    split_io = shape.io_bytes() - (out_rows * shape.dv * 2 if splits > 1 else 0.0) + partial
+    io = shape.io_bytes() if kv_lens is None else sum(s.io_bytes() for s in per_seq)
+    split_io = io - (out_rows * shape.dv * 2 if splits > 1 else 0.0) + partial
     attrs = {"template": f"flash_decode/{cfg.variant.value}", "variant": cfg.variant.value, "bm": cfg.bm,
              "bn": cfg.bn, "splits": splits, "blocks_per_split": per, "page_size": page_size,
              "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
              "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "dtype": shape.dtype.name.lower(),
              "packed_rows": rows, "launches": 2 if splits > 1 else 1,
+             **({"varlen": True, "total_kv": sum(s.seq_kv for s in per_seq)} if kv_lens is not None else {}),
              **({"window": shape.binding_window} if shape.binding_window else {})}
     window = f"_window{shape.binding_window}" if shape.binding_window else ""
-    kernels = [KernelGraph(f"flash_decode_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}"
-                           f"_kv{shape.seq_kv}_d{shape.head_dim}{window}_split{splits}", tuple(classes),
-                           flops=shape.flops(), dram_bytes=split_io, attrs=attrs)]
+    name = f"flash_decode_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
+    if kv_lens is not None:
+        name = (f"flash_decode_varlen{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}"
+                f"_kv{attrs['total_kv']}_max{shape.seq_kv}")
+    flops = shape.flops() if kv_lens is None else sum(s.flops() for s in per_seq)
+    kernels = [KernelGraph(f"{name}_d{shape.head_dim}{window}_split{splits}", tuple(classes),
+                           flops=flops, dram_bytes=split_io, attrs=attrs)]
     if splits > 1:
         kernels.append(combine(out_rows, shape.dv, splits, OUT_DTYPE.get(shape.dtype, shape.dtype), hw))
     return kernels
+
+
+def sequence_kv_shapes(shape: AttnShape, kv_lens: Sequence[int]) -> list[AttnShape]:
+    """The one-sequence shape of each K/V length of a varlen decode batch whose longest length `shape` holds."""
+    if len(kv_lens) != shape.batch or max(kv_lens) != shape.seq_kv:
+        raise ValueError(f"varlen decode: batch={shape.batch} and seq_kv={shape.seq_kv} must be the number of "
+                         f"sequences and the longest of kv_lens ({len(kv_lens)} sequences, longest {max(kv_lens)})")
+    return [replace(shape, batch=1, seq_kv=kv) for kv in kv_lens]
+
+
+def empty_split(cfg: AttnConfig, packed: AttnShape) -> TileGraph:
+    """A split CTA past the end of its (shorter) sequence: FlashAttention's split kernel finds no K/V block in its
+    range and exits at once after writing a zero partial and a -inf log-sum-exp, which the combine weighs by 0."""
+    b = GraphBuilder(f"flash_decode/{cfg.variant.value}/{cfg.bm}x{cfg.bn}/empty_split", packed.dtype)
+    g = b.group("warps", 0, 4, role="stg")
+    w = AttnWriter(b, packed.dtype, packed.head_dim, packed.dv, tma=False, q_head="hk", split="sp")
+    w.store_o(g, cfg.bm, aff(m=1), "store_O_empty")
+    return b.build()
 
 
 def combine(rows: int, dv: int, splits: int, out_dtype: DType, hw: GpuProfile) -> KernelGraph:

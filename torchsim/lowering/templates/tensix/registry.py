@@ -140,6 +140,9 @@ def _grouped_gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
 
 
 def _attention(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    from torchsim.lowering.templates.varlen import not_on_tensix
+
+    not_on_tensix(call, hw.name)  # varlen attention: no tt-metal kernel modelled
     kv = _dtype(call.p("kv_dtype", ""), call.dtype)
     fid = call.p("fidelity", "") or "HiFi2"
     grid = call.p("grid", "") or None
