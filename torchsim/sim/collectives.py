@@ -38,7 +38,7 @@ from typing import Any
 
 from torchsim.hwmodels.interconnect import NCCL_TUNING
 from torchsim.hwmodels.quantity import Quantity, doc
-from torchsim.hwmodels.systems import SystemProfile
+from torchsim.hwmodels.systems import AnySystem, SystemProfile
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 ALGORITHMS = ("ring", "tree", "nvls")
@@ -204,14 +204,19 @@ def _bus_and_latency(system: SystemProfile, collective: str, ranks: int, algorit
     return 2.0, bw, base + steps * float(tstep[protocol].value), ring_ch
 
 
-def collective_cost(collective: str, system: SystemProfile, ranks: int, nbytes: int, *,
+def collective_cost(collective: str, system: AnySystem, ranks: int, nbytes: int, *,
                     algorithm: str | None = None, protocol: str | None = None,
                     eager: bool = False) -> CollectiveCost:
     """The time, algbw, busbw, algorithm, protocol and channels of one collective (see the module docstring).
 
     `algorithm` / `protocol` force a choice (like NCCL_ALGO / NCCL_PROTO); otherwise the fastest is taken.
-    `eager`: launched from the host one after another without CUDA graphs (time >= host_enqueue_s).
+    `eager`: launched from the host one after another without CUDA graphs (time >= host_enqueue_s). A Tenstorrent
+    system (torchsim.hwmodels.tensix.mesh) is costed as tt-metal's CCL ops run (torchsim.sim.ccl).
     """
+    if not isinstance(system, SystemProfile):  # a Tenstorrent mesh: tt-metal's CCL ops (torchsim.sim.ccl)
+        from torchsim.sim.ccl import ccl_cost
+
+        return ccl_cost(collective, system, ranks, nbytes, algorithm=algorithm, protocol=protocol, eager=eager)
     coll = canonical(collective)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise CollectiveError(f"ranks must be a whole number >= 1, got {ranks!r}")
