@@ -606,20 +606,21 @@ def _memory_fit(name: str, prof: Any, weight_bytes: float, plans: Sequence[Kerne
     if not cap or need <= cap:
         return [], report
     gib = 2.0**30
+    unit = "GPU" if isinstance(prof, GpuProfile) else "chip"
     would = []
     for more in (2, 4, 8):  # weights and KV heads split over more ranks (KV replication ignored here)
         if more > tp and need * tp / more <= cap:
-            would.append(f"--tp {more} ({need * tp / more / gib:.1f} GiB per GPU)")
+            would.append(f"--tp {more} ({need * tp / more / gib:.1f} GiB per {unit})")
             break
     if fits >= 1:
         would.append(f"--batch {fits} (the largest that fits at this context)")
     if kv_dtype is None and weight_bytes + kv / 2 + act <= cap:
         would.append("an FP8 KV cache (--kv-cache fp8)")
     msg = (f"{name} needs {weight_bytes / gib:.1f} GiB of weights + {kv / gib:.1f} GiB of KV cache + "
-           f"{act / gib:.1f} GiB of activations = {need / gib:.1f} GiB per GPU, {(need - cap) / gib:.1f} GiB more "
+           f"{act / gib:.1f} GiB of activations = {need / gib:.1f} GiB per {unit}, {(need - cap) / gib:.1f} GiB more "
            f"than {prof.name}'s {cap / gib:.1f} GiB; "
-           + (f"it would fit with {' or '.join(would)}" if would else "it does not fit with more GPUs of this system "
-              "or a smaller batch either"))
+           + (f"it would fit with {' or '.join(would)}" if would else f"it does not fit with more {unit}s of this "
+              "system or a smaller batch either"))
     if not allow:
         raise MemoryFitError(msg + "; pass allow_oversubscribe=True (--allow-oversubscribe) to predict it anyway")
     import warnings

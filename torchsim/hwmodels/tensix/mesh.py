@@ -4,6 +4,7 @@
     t3000    TT-LoudBox / QuietBox (Wormhole), "T3K": 4 n300 cards = 8 Wormhole chips in a 2x4 mesh; the CCL ops
              run a ring of 8 over it (a line on a submesh of fewer chips)
     p150x4   TT-QuietBox (Blackhole): 4 Blackhole p150 cards, a line of 4 over their QSFP-DD Ethernet
+             (p150x4-launch: the same with the cards' launch firmware, 140 Tensix, as mid-2025 measurements ran)
 
 A `TensixSystem` is the chip profile, the mesh, and the Ethernet link model tt-metal's CCL ops (all-gather,
 reduce-scatter, all-reduce, all-to-all over TT-Fabric) run on: per-link line rate per direction, the links
@@ -24,7 +25,7 @@ from typing import Any
 
 from torchsim.hwmodels.quantity import Quantity, assumed, calibrated, doc
 from torchsim.hwmodels.tensix import facts as F
-from torchsim.hwmodels.tensix.profiles import TensixProfile, blackhole_p150, wormhole_n300
+from torchsim.hwmodels.tensix.profiles import BlackholeFirmware, TensixProfile, blackhole_p150, wormhole_n300
 
 TT_CCL = "github tenstorrent/tt-metal tech_reports/CCLs/CCL_bandwidth.md @ 1080d1c4a0d96fc1c26ff3d9e81e67baf78fe9df"
 TT_CCL_WH = ("github tenstorrent/tt-metal tech_reports/CCLs/results/SUMMARY_wormhole_b0_bfloat16_6144.md @ "
@@ -238,11 +239,13 @@ def _t3000() -> TensixSystem:
         hop_latency_s=_WH_HOP, **_PACKET, **_ccl_numbers(_WH_HOP, "wormhole"))
 
 
-def _p150x4() -> TensixSystem:
-    chip = blackhole_p150()
+def _p150x4(firmware: BlackholeFirmware = BlackholeFirmware.FW_19_5) -> TensixSystem:
+    launch = firmware is BlackholeFirmware.LAUNCH
+    chip = blackhole_p150(firmware)
+    tensix = "140 Tensix, launch firmware" if launch else "120 Tensix, FW v19.5.0"
     return TensixSystem(
-        name="p150x4", description="Tenstorrent TT-QuietBox (Blackhole): 4 Blackhole p150 cards (120 Tensix, 32 GB "
-        "GDDR6 each, FW v19.5.0) over their QSFP-DD Ethernet, a line of 4", device=chip, ring=False,
+        name="p150x4-launch" if launch else "p150x4", description=f"Tenstorrent TT-QuietBox (Blackhole): 4 Blackhole "
+        f"p150 cards ({tensix}, 32 GB GDDR6 each) over their QSFP-DD Ethernet, a line of 4", device=chip, ring=False,
         device_count=doc(4, "chips", README_LLM + ": 'Llama 3.1 70B (TP=4)' on QuietBox (Blackhole); " + TT_CCL_PY
                          + " device name 'P150x4'"),
         mesh_rows=doc(1, "chips", "a 1x4 mesh (tt-metal's P150x4)"),
@@ -255,6 +258,7 @@ def _p150x4() -> TensixSystem:
 n300 = _n300()
 t3000 = _t3000()
 p150x4 = _p150x4()
-TENSIX_SYSTEMS: dict[str, TensixSystem] = {s.name: s for s in (n300, t3000, p150x4)}
+p150x4_launch = _p150x4(BlackholeFirmware.LAUNCH)  # the chips as mid-2025 measurements ran them
+TENSIX_SYSTEMS: dict[str, TensixSystem] = {s.name: s for s in (n300, t3000, p150x4, p150x4_launch)}
 
-__all__ = ["OPS", "TENSIX_SYSTEMS", "TOPOLOGIES", "TensixSystem", "n300", "p150x4", "t3000"]
+__all__ = ["OPS", "TENSIX_SYSTEMS", "TOPOLOGIES", "TensixSystem", "n300", "p150x4", "p150x4_launch", "t3000"]

@@ -65,6 +65,12 @@ def tt_shard_plan(plan: KernelPlan, tp: int, system: str, *, ring: bool) -> Kern
     if tp == 1:
         return plan
     heads = _heads(plan)
+    for layer, (hq, hkv, _d) in sorted(heads.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        if hq % tp:
+            raise ParallelError(f"tp={tp} does not divide the {hq} query heads of layer {layer} (tt_transformers "
+                                f"splits the heads over the chips); valid tp: "
+                                f"{', '.join(str(t) for t in range(2, hq + 1) if hq % t == 0 and t <= 32)}")
+        kv_heads_per_rank(hkv, tp)  # KV heads split, or replicated when tp is a multiple of them
     out: list[KernelCall] = []
     sharded = False  # between a column- and a row-parallel GEMM: this chip's heads or columns only
     for c in plan.calls:
