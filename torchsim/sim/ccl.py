@@ -28,7 +28,7 @@ the data movement, per the report).
 from __future__ import annotations
 
 from torchsim.hwmodels.tensix.mesh import TensixSystem
-from torchsim.sim.collectives import Candidate, CollectiveCost, CollectiveError, bus_factor, canonical
+from torchsim.sim.collective_types import Candidate, CollectiveCost, CollectiveError, bus_factor, canonical
 
 PROTOCOL = "fabric-1d"
 WORKERS_PER_LINK = 2  # tt_transformers ccl.py passes num_workers_per_link=2 to every CCL op
