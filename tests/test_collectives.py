@@ -32,6 +32,10 @@ def test_systems_compose_device_profiles_with_provenance(name: str) -> None:
     # composed, never copied: the NVSwitch systems hold the registry's own device object
     if s.fabric == "nvswitch":
         assert any(s.device is p for p in GPU_PROFILES.values())
+    elif s.arch.name == "TENSIX":  # a Tenstorrent mesh: the registry's chip profile, built by its factory
+        from torchsim.hwmodels import get_profile
+
+        assert s.device.numbers_hash() == get_profile(s.device.name).numbers_hash()
     else:
         assert s.device.arch == GPU_PROFILES["h100-sxm"].arch and s.device.sm_count.value < 132
     for field, q in s.quantities().items():

@@ -114,8 +114,8 @@ def test_predict_tp_one_rank_and_its_collectives() -> None:
 
 @pytest.mark.parametrize(("hw", "tp", "match"), [
     ("h100-sxm", 16, "tp x pp = 16 GPUs; dgx-h100"),
-    ("a100-pcie", 2, "no built-in multi-GPU system has 'a100-pcie' GPUs"),
-    ("wormhole-n150", 2, "GPU systems only"),
+    ("a100-pcie", 2, "no built-in multi-device system has 'a100-pcie' devices"),
+    ("wormhole-n150", 2, "no built-in multi-device system has 'wormhole-n150' devices"),
     ("h100-sxm", 0, "tp must be an integer >= 1"),
 ])
 def test_predict_tp_errors(hw: str, tp: int, match: str) -> None:

@@ -20,10 +20,11 @@ from torchsim.cli import UsageError, int_in
 def register(sub: Any) -> None:
     from torchsim.sim.collectives import ALGORITHMS, COLLECTIVES, PROTOCOLS
 
-    p = sub.add_parser("collective", help="cost of an NCCL collective on a multi-GPU system (time, algbw, busbw)")
+    p = sub.add_parser("collective", help="cost of an NCCL collective on a multi-GPU system, or of a tt-metal CCL "
+                       "op on a Tenstorrent mesh (time, algbw, busbw)")
     p.add_argument("name", metavar="COLLECTIVE", help=f"one of {', '.join(COLLECTIVES)}")
-    p.add_argument("--system", required=True, help="system profile, e.g. dgx-h100 (`torchsim hw list`), or a "
-                   "what-if .toml based on one")
+    p.add_argument("--system", required=True, help="system profile, e.g. dgx-h100 or t3000 (`torchsim hw list`), "
+                   "or a what-if .toml based on a GPU system")
     p.add_argument("--ranks", type=int_in(1, 4096, "GPUs taking part"), default=None,
                    help="GPUs taking part (default: all of the system's)")
     p.add_argument("--bytes", dest="size", default="1MiB", help="message size (8B, 64KiB, 1MiB, 1GB; nccl-tests' "
@@ -31,7 +32,8 @@ def register(sub: Any) -> None:
                    "or a sweep LOW..HIGH (default 1MiB)")
     p.add_argument("--factor", type=int_in(2, 1024, "size step of a sweep"), default=2,
                    help="multiplier between sizes of a sweep (default 2)")
-    p.add_argument("--algo", choices=[*ALGORITHMS, "p2p"], help="force an algorithm (like NCCL_ALGO)")
+    p.add_argument("--algo", choices=[*ALGORITHMS, "p2p", "line"], help="force an algorithm (like NCCL_ALGO; on a "
+                   "Tenstorrent mesh ring or line)")
     p.add_argument("--proto", choices=list(PROTOCOLS), help="force a protocol (like NCCL_PROTO)")
     p.add_argument("--eager", action="store_true", help="time back-to-back launches from the host without CUDA "
                    "graphs, as nccl-tests does by default (at least the system's host_enqueue_s); default: the "
@@ -50,7 +52,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from torchsim.hwmodels.systems import get_system, system_names
+    from torchsim.hwmodels.systems import SystemProfile, get_system, system_names
     from torchsim.sim.collectives import CollectiveError, canonical, collective_cost, message_sizes
 
     try:
@@ -71,11 +73,13 @@ def _run(args: argparse.Namespace) -> int:
         rows = [{k: v for k, v in c.as_dict().items() if k != "candidates" or len(costs) == 1} for c in costs]
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
         return 0
+    gpu = isinstance(system, SystemProfile)
+    timing = ('eager launches (>= host enqueue time)' if args.eager else 'device time (CUDA graph)') if gpu else \
+        "device time (tt-metal's CCL ops, traced)"
     print(f"{coll} on {system.name}: {ranks} ranks of {system.device.name}, {system.link} ({system.fabric}"
-          f"{', NVLS' if system.in_network_reduction else ''}); "
-          f"{'eager launches (>= host enqueue time)' if args.eager else 'device time (CUDA graph)'}")
+          f"{', NVLS' if system.in_network_reduction else ''}); {timing}")
     print(f"{'size (B)':>12} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}  {'algorithm':<9} "
-          f"{'protocol':<8} {'SMs':>4}")
+          f"{'protocol':<8} {'SMs' if gpu else 'workers':>4}")
     for c in costs:
         print(f"{c.nbytes:>12} {c.time_s * 1e6:>11.2f} {_gbs(c.algbw_bytes_per_s):>11} "
               f"{_gbs(c.busbw_bytes_per_s):>11}  {c.algorithm:<9} {c.protocol:<8} {c.channels:>4}")

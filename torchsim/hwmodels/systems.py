@@ -7,6 +7,9 @@ an interconnect (torchsim.hwmodels.interconnect) and a switch with or without in
     hgx-a100    8 x A100 SXM, NVLink3 + NVSwitch gen2 (no in-network reduction)
     h100-pcie-8 8 x H100 PCIe, PCIe Gen5 x16 through two host PCIe trees (4 GPUs a CPU socket), no NVLink
 
+and the Tenstorrent meshes of torchsim.hwmodels.tensix.mesh (n300, t3000, p150x4: Tensix chips over Ethernet,
+costed as tt-metal's CCL ops), registered here beside them (`AnySystem` is either kind).
+
 `get_system("dgx-h100")`; a `.toml` name is a what-if whose `base` is a system (torchsim.hwmodels.whatif), e.g.
 `link_effective_bytes_per_s = "30 GB/s"` or `links_per_device = 12`. Every number is a Quantity with
 provenance; `quantities()` lists them (the device's own numbers stay on `device`).
@@ -33,6 +36,7 @@ from torchsim.hwmodels.interconnect import (
     LinkSpec,
 )
 from torchsim.hwmodels.quantity import Quantity, assumed, calibrated, derived, doc
+from torchsim.hwmodels.tensix.mesh import TENSIX_SYSTEMS, TensixSystem
 
 COUNT_FIELDS = ("device_count", "links_per_device", "ring_channels", "nvls_channels", "devices_per_host_bridge")
 
@@ -249,38 +253,44 @@ h100_pcie_8 = SystemProfile(
 # device profiles derived here for a system (not in the single-device registry: predict does not take them yet)
 SYSTEM_DEVICES: dict[str, GpuProfile] = {h100_pcie.name: h100_pcie}
 
-SYSTEMS: dict[str, SystemProfile] = {s.name: s for s in (dgx_h100, dgx_h200, dgx_b200, hgx_a100, h100_pcie_8)}
+AnySystem = SystemProfile | TensixSystem
+SYSTEMS: dict[str, AnySystem] = {**{s.name: s for s in (dgx_h100, dgx_h200, dgx_b200, hgx_a100, h100_pcie_8)},
+                                 **TENSIX_SYSTEMS}
 
 
 def system_names() -> list[str]:
     return list(SYSTEMS)
 
 
-def builtin_system(name: str) -> SystemProfile:
+def builtin_system(name: str) -> AnySystem:
     key = str(name).strip().lower()
     if key in SYSTEMS:
         return SYSTEMS[key]
     raise KeyError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
 
 
-def get_system(name: str) -> SystemProfile:
+def get_system(name: str) -> AnySystem:
     """The system called `name`, or a what-if `.toml` whose `base` is a system (its fields overridden)."""
     if str(name).strip().lower().endswith(".toml"):
         from torchsim.hwmodels.whatif import load_whatif
 
         system = load_whatif(str(name).strip(), builtin_system)
-        assert isinstance(system, SystemProfile)
+        assert isinstance(system, (SystemProfile, TensixSystem))
         return system
     return builtin_system(name)
 
 
-def system_for(device: str) -> SystemProfile:
-    """The built-in system a tensor-parallel run of GPU profile `device` takes (the 8-GPU box it comes in)."""
-    for system in SYSTEMS.values():
-        if system.device.name == device:
+def system_for(device: str, ranks: int = 1) -> AnySystem:
+    """The built-in system a tensor-parallel run of profile `device` over `ranks` devices takes: the smallest with
+    at least that many (a GPU's 8-GPU box; a Wormhole n300 chip's n300 card, else the T3000)."""
+    fits = sorted((s for s in SYSTEMS.values() if s.device.name == device), key=lambda s: s.devices)
+    for system in fits:
+        if system.devices >= ranks:
             return system
-    raise KeyError(f"no built-in multi-GPU system has {device!r} GPUs; systems: "
-                   + ", ".join(f"{s.name} ({s.device.name})" for s in SYSTEMS.values()))
+    if fits:
+        return fits[-1]  # the caller names the shortfall
+    raise KeyError(f"no built-in multi-device system has {device!r} devices; systems: "
+                   + ", ".join(f"{s.name} ({s.devices} x {s.device.name})" for s in SYSTEMS.values()))
 
 
 def is_system(name: str) -> bool:
@@ -297,5 +307,5 @@ def is_system(name: str) -> bool:
     return False
 
 
-__all__ = ["SYSTEMS", "SYSTEM_DEVICES", "SystemProfile", "builtin_system", "get_system", "h100_pcie", "is_system",
-           "system_for", "system_names"]
+__all__ = ["SYSTEMS", "SYSTEM_DEVICES", "AnySystem", "SystemProfile", "TensixSystem", "builtin_system", "get_system",
+           "h100_pcie", "is_system", "system_for", "system_names"]

@@ -137,9 +137,12 @@ _LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=3
 # Llama-3 model cards / HF config.json: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-8B.
 register_model("llama3-8b", _llama("llama3-8b", max_position_embeddings=8192, **_LLAMA3_8B))
 register_model("llama3.1-8b", _llama("llama3.1-8b", max_position_embeddings=131072, **_LLAMA3_8B))
-register_model("llama3-70b", _llama("llama3-70b", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
-                                    num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
-                                    max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5))
+_LLAMA3_70B = dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                   num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5)
+register_model("llama3-70b", _llama("llama3-70b", max_position_embeddings=8192, **_LLAMA3_70B))
+# meta-llama/Llama-3.1-70B config.json: Llama-3-70B's shapes with a 131072-token context (its llama3 RoPE scaling
+# changes the rotation frequencies, not the kernels)
+register_model("llama3.1-70b", _llama("llama3.1-70b", max_position_embeddings=131072, **_LLAMA3_70B))
 # Llama-2-7B (meta-llama/Llama-2-7b-hf config.json, as recalled: MHA with 32 KV heads, 4096 context, 32000 vocab):
 # the model the weight-only quantisation kernels (GPTQ/AWQ on Marlin) are usually benchmarked on
 register_model("llama2-7b", _llama("llama2-7b", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,

@@ -352,16 +352,23 @@ def _from_result(kg: Any, r: Any, events: int) -> KernelSim:
 
 
 def _collective(call: KernelCall, hw: Any) -> KernelSim:
-    """A tensor-parallel collective: NCCL's pick of algorithm and protocol on the system's links, at the device
-    time CUDA-graph replay sees (torchsim.sim.collectives; the channels' SMs are not taken from other kernels,
-    which do not run beside it on the one stream)."""
-    from torchsim.hwmodels.systems import get_system
+    """A tensor-parallel collective, by the system's kind: on a GPU system NCCL's pick of algorithm and protocol
+    on its links, at the device time CUDA-graph replay sees (torchsim.sim.collectives; the channels' SMs are not
+    taken from other kernels, which do not run beside it on the one stream); on a Tenstorrent mesh tt-metal's CCL
+    op over its Ethernet links, traced (torchsim.sim.ccl)."""
+    from torchsim.hwmodels.systems import SystemProfile, get_system
+    from torchsim.sim.ccl import ccl_cost
     from torchsim.sim.collectives import collective_cost
 
-    cost = collective_cost(call.p("op"), get_system(call.p("system")), call.p("ranks"), call.p("nbytes"))
+    system = get_system(call.p("system"))
+    op, ranks, nbytes = call.p("op"), call.p("ranks"), call.p("nbytes")
+    if isinstance(system, SystemProfile):
+        cost, lib = collective_cost(op, system, ranks, nbytes), "nccl"
+    else:
+        cost, lib = ccl_cost(op, system, ranks, nbytes), "ttnn"
     clock = float(getattr(hw, "clock_hz_value", 1e9))
     bound = "latency" if cost.latency_s >= cost.time_s / 2 else "interconnect bandwidth"
-    return KernelSim(template=f"nccl/{cost.collective}/{cost.algorithm}/{cost.protocol}",
+    return KernelSim(template=f"{lib}/{cost.collective}/{cost.algorithm}/{cost.protocol}",
                      config={"algorithm": cost.algorithm, "protocol": cost.protocol, "channels": cost.channels,
                              "busbw_GBps": round(cost.busbw_bytes_per_s / 1e9, 3), "system": cost.system},
                      cycles=int(round(cost.time_s * clock)), time_s=cost.time_s, flops=0.0, dram_bytes=0.0,

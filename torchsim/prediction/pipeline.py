@@ -201,11 +201,17 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         *(("GEMM configurations autotuned by simulation (the fastest of up to 24 valid ones per shape)",)
           if tune else ()),
         *dict.fromkeys(lm.describe() for lm in lms.values()),
+        *((f"tensor parallel over {tp} chips of {system} as tt_transformers lays a model out on a 1D mesh "
+           "(residual stream fractured over the chips, an all-gather before each RMSNorm, column-parallel QKV/FF1/FF3,"
+           " row-parallel FF2 and WO + reduce-scatter, or on a ring an all-gather feeding a column-parallel WO, "
+           "vocabulary-split LM head; torchsim.lowering.templates.tensix.mesh_plan); CCL ops costed as tt-metal runs "
+           "them over the Ethernet links (torchsim.sim.ccl, traced, not overlapped); weights counted as 1/tp per chip",)
+          if tp > 1 and not isinstance(prof, GpuProfile) else ()),
         *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
            "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
            "system's links (device time, on the compute stream, not overlapped); serving engines' custom "
            "one-/two-shot all-reduce kernels are not modelled; weights counted as 1/tp of the model per GPU",)
-          if tp > 1 else ()),
+          if tp > 1 and isinstance(prof, GpuProfile) else ()),
         *((f"pipeline parallel: {pp} stages of contiguous layers (embedding on the first, LM head on the last), "
            f"{mb} micro-batch(es) of {batch // mb} sequences per step, GPipe-style (first micro-batch through every "
            "stage + its activation sends + (micro-batches - 1) x the slowest stage); activation sends costed as "
@@ -306,7 +312,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
     from torchsim.lowering.parallel import sequence_parallel, shard_plan
     from torchsim.lowering.plan import Preset, plan_capture
     from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
-    from torchsim.lowering.templates.tensix.model_config import adapt_plan, tensix_weight_bytes
+    from torchsim.lowering.templates.tensix.mesh_plan import tt_shard_plan
+    from torchsim.lowering.templates.tensix.model_config import adapt_plan, is_tensix, tensix_weight_bytes
 
     precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
@@ -321,6 +328,9 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
                              f"exceeds {name}'s context of {ctx_len} tokens")
     routing = _resolve_routing(routing, cfg, batch * prompt_len)
+    if is_tensix(prof) and (ep > 1 or pp > 1 or (sp and tp > 1)):
+        raise ValueError(f"ep={ep}, pp={pp}, sp={sp}: on Tenstorrent meshes only tensor parallelism is modelled "
+                         "(tt_transformers' 1D layout); run with --tp alone")
     t_setup = time.perf_counter()
 
     plans: list[KernelPlan] = []
@@ -336,6 +346,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                 budget.add(c for p in ranks for c in p.calls)  # _slowest_experts simulates the ranks' experts
                 plan = _slowest_experts(ranks, prof,
                                         max_sim_events, workers, disk)
+            elif tp > 1 and is_tensix(prof):  # tt_transformers' 1D layout and tt-metal's CCL ops
+                plan = tt_shard_plan(plan, tp, system, ring=_mesh(system).topology(tp) == "ring")
             elif tp > 1:
                 plan = shard_plan(plan, tp, system)
                 plan = sequence_parallel(plan, tp, system) if sp else plan
@@ -494,21 +506,26 @@ def _devices(hw: Any, ranks: int) -> tuple[Any, str]:
         what_if = hw.strip().lower().endswith(".toml")
         system = get_system(hw.strip()) if what_if else builtin_system(hw)
         if ranks > system.devices:
-            raise ValueError(f"tp x pp = {ranks} GPUs; {system.name} has {system.devices}")
+            what = "GPUs" if isinstance(system.device, GpuProfile) else "chips"
+            raise ValueError(f"tp x pp = {ranks} {what}; {system.name} has {system.devices}")
         return system.device, str(Path(hw.strip()).resolve()) if what_if else system.name
     prof = _profile(hw)
     if ranks == 1:
         return prof, ""
-    if not isinstance(prof, GpuProfile):
-        raise ValueError(f"tp x pp = {ranks} GPUs: tensor and pipeline parallelism are modelled on GPU systems only; "
-                         f"{prof.name!r} is not a GPU (Tenstorrent multi-chip meshes are not modelled yet)")
+    what = "GPUs" if isinstance(prof, GpuProfile) else "chips"
     try:
-        system = system_for(prof.name.split("+")[0])  # a non-default issue policy renames it NAME+POLICY
+        system = system_for(prof.name.split("+")[0], ranks)  # a non-default issue policy renames it NAME+POLICY
     except KeyError as exc:
-        raise ValueError(f"tp x pp = {ranks} GPUs: {exc.args[0]}") from None
+        raise ValueError(f"tp x pp = {ranks} {what}: {exc.args[0]}") from None
     if ranks > system.devices:
-        raise ValueError(f"tp x pp = {ranks} GPUs; {system.name} ({prof.name}) has {system.devices}")
+        raise ValueError(f"tp x pp = {ranks} {what}; {system.name} ({prof.name}) has {system.devices}")
     return prof, system.name
+
+
+def _mesh(system: str) -> Any:
+    from torchsim.hwmodels.systems import get_system
+
+    return get_system(system)
 
 
 def _profile(hw: Any) -> Any:
@@ -626,20 +643,21 @@ def _memory_fit(name: str, prof: Any, weight_bytes: float, plans: Sequence[Kerne
     if not cap or need <= cap:
         return [], report
     gib = 2.0**30
+    unit = "GPU" if isinstance(prof, GpuProfile) else "chip"
     would = []
     for more in (2, 4, 8):  # weights and KV heads split over more ranks (KV replication ignored here)
         if more > tp and need * tp / more <= cap:
-            would.append(f"--tp {more} ({need * tp / more / gib:.1f} GiB per GPU)")
+            would.append(f"--tp {more} ({need * tp / more / gib:.1f} GiB per {unit})")
             break
     if fits >= 1:
         would.append(f"--batch {fits} (the largest that fits at this context)")
     if kv_dtype is None and weight_bytes + kv / 2 + act <= cap:
         would.append("an FP8 KV cache (--kv-cache fp8)")
     msg = (f"{name} needs {weight_bytes / gib:.1f} GiB of weights + {kv / gib:.1f} GiB of KV cache + "
-           f"{act / gib:.1f} GiB of activations = {need / gib:.1f} GiB per GPU, {(need - cap) / gib:.1f} GiB more "
+           f"{act / gib:.1f} GiB of activations = {need / gib:.1f} GiB per {unit}, {(need - cap) / gib:.1f} GiB more "
            f"than {prof.name}'s {cap / gib:.1f} GiB; "
-           + (f"it would fit with {' or '.join(would)}" if would else "it does not fit with more GPUs of this system "
-              "or a smaller batch either"))
+           + (f"it would fit with {' or '.join(would)}" if would else f"it does not fit with more {unit}s of this "
+              "system or a smaller batch either"))
     if not allow:
         raise MemoryFitError(msg + "; pass allow_oversubscribe=True (--allow-oversubscribe) to predict it anyway")
     import warnings

@@ -33,19 +33,22 @@ reduction for small messages, its tree correction table, multi-node algorithms (
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from torchsim.hwmodels.interconnect import NCCL_TUNING
 from torchsim.hwmodels.quantity import Quantity, doc
-from torchsim.hwmodels.systems import SystemProfile
+from torchsim.hwmodels.systems import AnySystem, SystemProfile
+from torchsim.sim.collective_types import (  # noqa: F401  (re-exported)
+    ALIASES,
+    COLLECTIVES,
+    Candidate,
+    CollectiveCost,
+    CollectiveError,
+    bus_factor,
+    canonical,
+)
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 ALGORITHMS = ("ring", "tree", "nvls")
 PROTOCOLS = ("LL", "LL128", "Simple")
-ALIASES = {"allreduce": "all-reduce", "all_reduce": "all-reduce", "allgather": "all-gather",
-           "all_gather": "all-gather", "reducescatter": "reduce-scatter", "reduce_scatter": "reduce-scatter",
-           "alltoall": "all-to-all", "all_to_all": "all-to-all", "a2a": "all-to-all"}
 
 # NCCL's software base latency per algorithm and protocol (launch + synchronisation), seconds
 BASE_LATENCY: dict[tuple[str, str], Quantity] = {
@@ -74,62 +77,6 @@ TREE_EFFICIENCY: dict[str, Quantity] = {
     "LL128": doc(0.92 * 7 / 9, "fraction", NCCL_TUNING + " (tree all-reduce .92, LL128 x 7/9 on one node)"),
     "LL": doc(0.92 / 3.8, "fraction", NCCL_TUNING + " (tree all-reduce .92, LL x 1/3.8)"),
 }
-
-
-class CollectiveError(ValueError):
-    """A collective that cannot be costed as asked (unknown name, too many ranks, a bad size)."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    algorithm: str
-    protocol: str
-    time_s: float
-    latency_s: float
-    bus_bytes_per_s: float  # the asymptotic bus bandwidth of this candidate
-
-
-@dataclass(frozen=True)
-class CollectiveCost:
-    """The cost of one collective: NCCL's pick on this system and the candidates it was chosen from."""
-
-    collective: str
-    system: str
-    ranks: int
-    nbytes: int
-    algorithm: str
-    protocol: str
-    time_s: float
-    latency_s: float
-    algbw_bytes_per_s: float
-    busbw_bytes_per_s: float
-    channels: int  # CTAs the collective occupies (one SM each)
-    device_time_s: float = 0.0  # the device's time alone (CUDA graphs)
-    eager: bool = False  # time_s bounded below by the host's enqueue time
-    candidates: tuple[Candidate, ...] = field(default=())
-
-    @property
-    def sms(self) -> int:
-        return self.channels
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["candidates"] = [asdict(c) for c in self.candidates]
-        return d
-
-
-def canonical(collective: str) -> str:
-    key = str(collective).strip().lower()
-    key = ALIASES.get(key, key)
-    if key not in COLLECTIVES:
-        raise CollectiveError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
-    return key
-
-
-def bus_factor(collective: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw."""
-    n = ranks
-    return 2 * (n - 1) / n if collective == "all-reduce" else (n - 1) / n
 
 
 def _fabric_bytes_per_s(system: SystemProfile, ranks: int, collective: str) -> float:
@@ -204,14 +151,19 @@ def _bus_and_latency(system: SystemProfile, collective: str, ranks: int, algorit
     return 2.0, bw, base + steps * float(tstep[protocol].value), ring_ch
 
 
-def collective_cost(collective: str, system: SystemProfile, ranks: int, nbytes: int, *,
+def collective_cost(collective: str, system: AnySystem, ranks: int, nbytes: int, *,
                     algorithm: str | None = None, protocol: str | None = None,
                     eager: bool = False) -> CollectiveCost:
     """The time, algbw, busbw, algorithm, protocol and channels of one collective (see the module docstring).
 
     `algorithm` / `protocol` force a choice (like NCCL_ALGO / NCCL_PROTO); otherwise the fastest is taken.
-    `eager`: launched from the host one after another without CUDA graphs (time >= host_enqueue_s).
+    `eager`: launched from the host one after another without CUDA graphs (time >= host_enqueue_s). A Tenstorrent
+    system (torchsim.hwmodels.tensix.mesh) is costed as tt-metal's CCL ops run (torchsim.sim.ccl).
     """
+    if not isinstance(system, SystemProfile):  # a Tenstorrent mesh: tt-metal's CCL ops (torchsim.sim.ccl)
+        from torchsim.sim.ccl import ccl_cost
+
+        return ccl_cost(collective, system, ranks, nbytes, algorithm=algorithm, protocol=protocol, eager=eager)
     coll = canonical(collective)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise CollectiveError(f"ranks must be a whole number >= 1, got {ranks!r}")
