@@ -34,6 +34,7 @@ FORBIDDEN = {
     "models": {"torchsim.prediction", "torchsim.sweeps", "torchsim.exports", "torchsim.cli"},
     "prediction": {"torchsim.sweeps", "torchsim.cli"},
     "sweeps": {"torchsim.cli"},
+    "serving": {"torchsim.sweeps", "torchsim.cli"},
 }
 NO_TORCH = ("graph", "hwmodels", "sim", "exports")
 

@@ -14,10 +14,10 @@ with the run's precision, quantisation and tensor-parallel split) and rewritten 
 
 `IterationCost(batch)` answers from buckets: the per-token kernels are simulated at the token counts of a grid
 (`token_grid`) and interpolated linearly in between, the attention kernels at their batch size and the mean
-chunk / KV length rounded to the kernels' block sizes and interpolated the same way (a uniform-length kernel
-standing for the varlen one). `exact(batch)` simulates the iteration's own kernels (varlen attention over the real
-lengths, the per-token kernels at the padded token count); benchmarks/serving_buckets.py measures the buckets
-against it. Kernels are simulated once per process (torchsim.prediction.kernel_sim's memo) and kept in the disk
+chunk / KV length rounded up to the kernels' block sizes (a uniform-length kernel standing for the varlen
+one). `exact(batch)` simulates the iteration's own kernels (varlen attention over the real lengths, the
+per-token kernels at the padded token count), the reference the buckets are to be measured against (not
+measured yet). Kernels are simulated once per process (torchsim.prediction.kernel_sim's memo) and kept in the disk
 cache, so a warm run simulates nothing.
 """
 
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.templates.varlen import varlen_decode_call, varlen_prefill_call
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.kernel_sim import DEFAULT_MAX_SIM_EVENTS, simulate_launches, simulate_many
 from torchsim.prediction.launch import LaunchModel
@@ -132,11 +133,9 @@ class IterationCost:
 
     def _lerp(self, f: Callable[[int], tuple[float, int]], x: int) -> tuple[float, int]:
         i = bisect.bisect_left(self.grid, x)
-        if i < len(self.grid) and self.grid[i] == x:
+        if i == len(self.grid) or self.grid[i] == x:  # on the grid, or beyond it: simulated at x
             return f(x)
-        lo, hi = self.grid[max(0, i - 1)], self.grid[min(i, len(self.grid) - 1)]
-        if x > self.grid[-1]:  # beyond the grid (a token budget raised after it was built): simulate it
-            return f(x)
+        lo, hi = self.grid[max(0, i - 1)], self.grid[i]
         (tl, nl), (th, _nh) = f(lo), f(hi)
         return tl + (th - tl) * (x - lo) / (hi - lo), nl
 
@@ -150,7 +149,7 @@ class IterationCost:
         if batch.chunks:
             n = len(batch.chunks)
             if exact and n > 1 and len(set(batch.chunks)) > 1:
-                out.append(varlen_prefill(a, batch.chunks))
+                out.append(varlen_prefill_call(batch.chunks, dtype=a.dtype, name=a.name, layer=a.layer, **keep))
             else:
                 q = _bucket(sum(q for q, _ in batch.chunks) / n, Q_UNIT, exact)
                 kv = max(q, _bucket(sum(k for _, k in batch.chunks) / n, KV_UNIT, exact))
@@ -159,7 +158,8 @@ class IterationCost:
         if batch.decodes:
             n = len(batch.decodes)
             if exact and len(set(batch.decodes)) > 1:
-                out.append(varlen_decode(a, batch.decodes))
+                out.append(varlen_decode_call(batch.decodes, dtype=a.dtype, name=a.name, layer=a.layer, **keep,
+                                              **dict(a.kv_params)))
             else:
                 kv = _bucket(sum(batch.decodes) / n, KV_UNIT, exact)
                 out.append(KernelCall.make(KernelKind.ATTENTION_DECODE, a.dtype, name=a.name, layer=a.layer,
@@ -168,15 +168,15 @@ class IterationCost:
         return out
 
     def _attention(self, a: _Attn, batch: IterBatch) -> tuple[float, int]:
-        """Bucketed: the kernels at the mean lengths rounded down and up to the block size, interpolated."""
+        """Bucketed: uniform kernels at the batch's size and mean lengths rounded up to the block size."""
         key_parts: list[tuple[Any, ...]] = []
         if batch.chunks:
             n = len(batch.chunks)
-            key_parts.append(("p", n, _mean_bucket(sum(q for q, _ in batch.chunks) / n, Q_UNIT),
-                              _mean_bucket(sum(k for _, k in batch.chunks) / n, KV_UNIT)))
+            key_parts.append(("p", n, _bucket(sum(q for q, _ in batch.chunks) / n, Q_UNIT, False),
+                              _bucket(sum(k for _, k in batch.chunks) / n, KV_UNIT, False)))
         if batch.decodes:
             n = len(batch.decodes)
-            key_parts.append(("d", n, _mean_bucket(sum(batch.decodes) / n, KV_UNIT)))
+            key_parts.append(("d", n, _bucket(sum(batch.decodes) / n, KV_UNIT, False)))
         total, launches = 0.0, 0
         for part in key_parts:
             key = (a, part)
@@ -190,8 +190,7 @@ class IterationCost:
     def _attention_part(self, a: _Attn, part: tuple[Any, ...]) -> tuple[float, int]:
         if part[0] == "p":
             _, n, q, kv = part
-            lo = self._times(self.attention_calls(a, IterBatch(((q, max(q, kv)),) * n, (), 0), exact=False))
-            return lo
+            return self._times(self.attention_calls(a, IterBatch(((q, max(q, kv)),) * n, (), 0), exact=False))
         _, n, kv = part
         return self._times(self.attention_calls(a, IterBatch((), (kv,) * n, 0), exact=False))
 
@@ -256,21 +255,3 @@ def _shares(counts: tuple[int, ...], tokens: int, base: int) -> tuple[int, ...]:
 
 def _bucket(x: float, unit: int, exact: bool) -> int:
     return max(1, round(x)) if exact else max(unit, unit * math.ceil(x / unit))
-
-
-def _mean_bucket(x: float, unit: int) -> int:
-    return max(unit, unit * math.ceil(x / unit))
-
-
-def varlen_prefill(a: _Attn, chunks: tuple[tuple[int, int], ...]) -> KernelCall:
-    """FlashAttention varlen forward over the prompt chunks (q tokens, KV length after them)."""
-    return KernelCall.make(KernelKind.ATTENTION_PREFILL, a.dtype, name=a.name, layer=a.layer, batch=len(chunks),
-                           seq_q=max(q for q, _ in chunks), seq_kv=max(k for _, k in chunks), causal=True,
-                           seqs=tuple(chunks), **dict(a.keep))
-
-
-def varlen_decode(a: _Attn, kv_lens: tuple[int, ...]) -> KernelCall:
-    """Paged decode attention over the decoding requests' KV lengths."""
-    return KernelCall.make(KernelKind.ATTENTION_DECODE, a.dtype, name=a.name, layer=a.layer, phase="decode",
-                           batch=len(kv_lens), seq_q=1, seq_kv=max(kv_lens), paged=True, kv_lens=tuple(kv_lens),
-                           **dict(a.keep), **dict(a.kv_params))

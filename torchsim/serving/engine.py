@@ -98,7 +98,8 @@ class SchedulerConfig:
                 + (f" ({self.source})" if self.source else ""))
 
 
-# vLLM's default CUDA-graph capture sizes: 1, 2, 4, then multiples of 8 up to 512 (vllm/config CompilationConfig)
+# CUDA-graph capture sizes as vLLM lays them out (vllm/config CompilationConfig: 1, 2, 4, then multiples of 8; its
+# default stops at 512), continued so that a preset capturing larger graphs (trtllm: 2048) takes its sizes from here
 VLLM_CAPTURE_SIZES = (1, 2, 4, *range(8, 8193, 8))
 
 PRESETS = {
@@ -257,7 +258,6 @@ def run(requests: Sequence[Request], cfg: SchedulerConfig, cost: Callable[[IterB
                         victim = running[-1]
                         preempt(victim)
                         preempted += 1
-                        sched = [(q, m) for q, m in sched if q is not victim]
                         if victim is s:
                             break
                     if s not in running:

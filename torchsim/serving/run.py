@@ -101,7 +101,7 @@ def serve(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, requests: str | Seq
         f"iteration times: the captured step rewritten per iteration ({len(calls)} kernels), "
         + ("every iteration's own kernels simulated (exact, varlen attention over the real lengths)" if exact else
            "per-token kernels simulated on a grid of token counts and interpolated, attention at the batch's mean "
-           "chunk / KV length in block-size buckets (benchmarks/serving_buckets.py states the error)"),
+           "chunk / KV length in block-size buckets (their error against exact iterations is not measured yet)"),
         "one engine iteration at a time on the device: no host overhead between iterations beyond the launch model's "
         "(engines that schedule on the CPU meanwhile, as vLLM V1 and TensorRT-LLM's overlap scheduler do)",
         f"KV cache: {kv_per_token:,.0f} bytes per token per GPU, {blocks:,} blocks of {cfg.block_size} tokens "
