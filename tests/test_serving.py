@@ -85,3 +85,63 @@ def test_serve_end_to_end_on_a_tiny_model(tmp_path) -> None:
     assert r.write_perfetto(tmp_path / "t.pftrace") >= d["iterations"]
     with pytest.raises(ValueError, match="context"):
         serve("llama-tiny", "h100-sxm", requests=[Request(0, 0.0, 10**6, 10)])
+
+
+def _tiny_cost(cfg: SchedulerConfig):
+    from torchsim.hwmodels import get_profile
+    from torchsim.prediction.pipeline import step_entry
+    from torchsim.serving.cost import BASE_PAST, BASE_ROWS, IterationCost
+
+    entry, prof, _ = step_entry("llama-tiny", "h100-sxm", rows=BASE_ROWS, q=1, past=BASE_PAST, dtype="bf16",
+                                kv_cache=None, quant=None, tp=1, system=None, cache=False)
+    assert prof.name == get_profile("h100-sxm").name
+    return lambda: IterationCost(entry.plans[0].calls, prof, cfg, workers=1)
+
+
+def test_prefetching_the_foreseen_batches_changes_no_iteration_time() -> None:
+    """serve() foresees an offline load's batches on roofline guesses and simulates their kernels at once; the
+    real pass then needs nothing more, and its times are those of a cost model that simulated lazily."""
+    cfg = SchedulerConfig.preset("vllm", max_num_batched_tokens=512)
+    make = _tiny_cost(cfg)
+    reqs = synthetic(40, LengthDist.parse("uniform:16:300"), LengthDist.parse("uniform:2:12"), seed=5)
+    ahead, lazy = make(), make()
+    foreseen: list[IterBatch] = []
+    run(reqs, cfg, lambda b: foreseen.append(b) or ahead.estimate(b), kv_blocks=10_000)
+    assert ahead.prefetch(foreseen) > 0
+    seen: list[IterBatch] = []
+    real = run(reqs, cfg, lambda b: seen.append(b) or ahead(b), kv_blocks=10_000)
+    fresh = make()  # offline: the guessed pass foresaw every kernel the real one costed
+    assert {c.key() for c in fresh.needs(seen)} <= {c.key() for c in fresh.needs(foreseen)}
+    assert [i.duration_s for i in real.iterations] == [i.duration_s for i in run(reqs, cfg, lazy, 10_000).iterations]
+
+
+def test_token_grid_is_dense_where_tiles_change_and_doubles_beyond() -> None:
+    from torchsim.serving.cost import token_grid
+
+    g = token_grid(8192)
+    assert g[:8] == [1, 2, 4, 8, 16, 32, 48, 64] and g[-1] == 8192 and 2048 in g and 4096 in g
+    steps = [b - a for a, b in zip(g, g[1:])]
+    assert all(b >= a for a, b in zip(steps, steps[1:]))  # never denser at larger token counts
+    assert token_grid(300)[-1] == 300 and token_grid(1) == [1]
+
+
+def test_a_request_prefills_once_then_decodes_one_token_a_step() -> None:
+    batches: list[IterBatch] = []
+    out = run([Request(0, 0.0, 32, 4)], SchedulerConfig.preset("vllm"), lambda b: batches.append(b) or _cost(b),
+              kv_blocks=100)
+    assert [(b.chunks, b.decodes, b.sampled) for b in batches] == [(((32, 32),), (), 1), ((), (33,), 1),
+                                                                   ((), (34,), 1), ((), (35,), 1)]
+    assert [(i.prefill_seqs, i.decode_seqs) for i in out.iterations] == [(1, 0), (0, 1), (0, 1), (0, 1)]
+
+
+def test_a_preempted_request_recomputes_its_prompt_and_generated_tokens() -> None:
+    batches: list[IterBatch] = []
+    reqs = [Request(0, 0.0, 30, 20), Request(1, 0.0, 30, 20)]
+    out = run(reqs, SchedulerConfig.preset("vllm", block_size=8), lambda b: batches.append(b) or _cost(b),
+              kv_blocks=9)  # 72 tokens: both prompts fit (4 + 4 blocks), not both at full length (2 x 50)
+    victim = next(s for s in out.requests if s.preemptions)
+    assert victim.preemptions == 1
+    again = [(q, kv) for b in batches for q, kv in b.chunks if q > 30]  # the prompt and the tokens made so far,
+    assert len(again) == 1 and 30 < again[0][0] < 50 and again[0][1] == again[0][0]  # from an empty cache
+    assert all(s.generated == 20 for s in out.requests)
+    assert all(len(b.decodes) + len(b.chunks) <= 2 for b in batches)

@@ -12,13 +12,19 @@ with the run's precision, quantisation and tensor-parallel split) and rewritten 
   attends causally to its request's cached tokens and itself) and a paged decode kernel over the decoding
   requests' KV lengths, as FlashAttention's varlen forward and Flash-Decoding run them.
 
-`IterationCost(batch)` answers from buckets: the per-token kernels are simulated at the token counts of a grid
-(`token_grid`) and interpolated linearly in between, the attention kernels at their batch size and the mean
-chunk / KV length rounded up to the kernels' block sizes (a uniform-length kernel standing for the varlen
-one). `exact(batch)` simulates the iteration's own kernels (varlen attention over the real lengths, the
-per-token kernels at the padded token count), the reference the buckets are to be measured against (not
-measured yet). Kernels are simulated once per process (torchsim.prediction.kernel_sim's memo) and kept in the disk
-cache, so a warm run simulates nothing.
+`IterationCost(batch)` answers from buckets: each GPU GEMM at the iteration's token count rounded up to its tile
+height (its time changes only when M crosses a tile row, in steps wave quantisation makes large: an o_proj of
+Llama-3-8B on H100 takes 44 us at 1024 tokens and 71 us at 1025..1280), the other per-token kernels simulated at
+the token counts of a grid (`token_grid`) and interpolated linearly in between (their time is linear in the
+tokens), prompt chunks as a uniform prefill kernel at their count and mean lengths rounded up to the kernels'
+blocks, decodes as a varlen decode kernel over lengths spread evenly up to the batch's longest KV length (rounded
+up to the block) with its mean (rounded to the nearest block, or to an eighth of its power of two when shorter):
+the longest sets Flash-Decoding's split count and split length and, within one wave of CTAs, the time; the mean
+sets the work of a batch several waves deep. `exact(batch)` simulates the
+iteration's own kernels (varlen attention over the real lengths, every kernel at the padded token count), the
+reference the buckets are measured against: benchmarks/bench_serving_buckets.py. Before a run, `prefetch`
+simulates the kernels a foreseen set of batches needs at once on the worker processes. Kernels are simulated once
+per process (torchsim.prediction.kernel_sim's memo) and kept in the disk cache, so a warm run simulates nothing.
 """
 
 from __future__ import annotations
@@ -45,13 +51,16 @@ KV_UNIT = 128  # KV lengths in multiples of this (the K/V block of the decode an
 
 
 def token_grid(limit: int) -> list[int]:
-    """The token counts the per-token kernels are simulated at: dense where GEMM tiles and waves change the time
-    fastest relative to it (powers of two up to 64, then steps of 32 to 256, 64 to 1024, 256 to 4096, 512 beyond),
-    up to `limit`."""
+    """The token counts the per-token kernels are simulated at, up to `limit`: dense where GEMM tiles and waves
+    change the time fastest relative to it (powers of two up to 64, then steps of 32 to 256, 64 to 512, 128 to
+    1024, 256 to 2048), doubling beyond, where the GEMMs run many waves and their time grows almost linearly with
+    the tokens (the interpolation error is measured by benchmarks/bench_serving_buckets.py)."""
     pts = [1, 2, 4, 8, 16, 32, 48, 64]
-    for step, top in ((32, 256), (64, 1024), (256, 4096), (512, max(limit, 4096))):
+    for step, top in ((32, 256), (64, 512), (128, 1024), (256, 2048)):
         while pts[-1] < top:
             pts.append(pts[-1] + step)
+    while pts[-1] < limit:
+        pts.append(2 * pts[-1])
     out = [p for p in pts if p < limit] + [limit]
     return sorted(set(out))
 
@@ -102,23 +111,68 @@ class IterationCost:
         self.lm = {ph: LaunchModel.for_mode(m, prof, "decode") for ph, m in (("graph", "cuda-graphs"),
                                                                               ("eager", "eager"))}
         self.grid = token_grid(cfg.max_num_batched_tokens)
+        tiled = getattr(getattr(prof, "arch", None), "value", "") != "tensix"  # GPU GEMMs: tile rows of M
+        self.parts = {name: _counted(calls, tiled) for name, calls in (("dense", self.dense),
+                                                                        ("sampled", self.sampled))}
         self._dense: dict[int, tuple[float, int]] = {}
         self._sampled: dict[int, tuple[float, int]] = {}
+        self._rest: dict[tuple[str, int], tuple[float, int]] = {}
+        self._gemm_m: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._gemm: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = {}
         self._attn: dict[tuple[Any, ...], tuple[float, int]] = {}
+        self._guess: dict[int, float] = {}
         self.iterations = 0
 
     # -- kernels at a size ------------------------------------------------------------------------------------
 
-    def _times(self, calls: list[KernelCall]) -> tuple[float, int]:
+    def _times(self, calls: list[KernelCall], counts: Sequence[int] | None = None) -> tuple[float, int]:
+        """(seconds, launches) of `calls` back to back, each `counts[i]` times (default once)."""
         if not calls:
             return 0.0, 0
         simulate_many(calls, self.prof, max_events=self.max_events, workers=self.workers, disk=self.disk)
         t, n = 0.0, 0
-        for c in calls:
+        for c, k in zip(calls, counts or [1] * len(calls)):
             launches = simulate_launches(c, self.prof, max_events=self.max_events)
-            t += sum(s.time_s for s in launches)
-            n += len(launches)
+            t += k * sum(s.time_s for s in launches)
+            n += k * len(launches)
         return t, n
+
+    def rest_at(self, part: str, x: int) -> tuple[float, int]:
+        """The kernels of `part` ("dense": per token, "sampled": per sampled row) other than the GPU GEMMs, at
+        exactly `x` tokens (rows)."""
+        key = (part, x)
+        if key not in self._rest:
+            calls, counts = self.parts[part].rest
+            self._rest[key] = self._times([scaled(c, x, self.base) for c in calls], counts)
+        return self._rest[key]
+
+    def gemm_sizes(self, part: str, x: int) -> tuple[int, ...]:
+        """The M each GEMM of `part` runs at for `x` tokens (rows), rounded up to its tile height: a GEMM's time
+        changes only when M crosses a tile row (the rows past M in the last tile are computed all the same)."""
+        key = (part, x)
+        if key not in self._gemm_m:
+            self._gemm_m[key] = tuple(_tile_m(scaled(c, x, self.base), self.prof)
+                                      for c in self.parts[part].gemms[0])
+        return self._gemm_m[key]
+
+    def gemms_at(self, part: str, x: int) -> tuple[float, int]:
+        """The GPU GEMMs of `part` for `x` tokens (rows), each simulated at its tile-rounded M."""
+        ms = self.gemm_sizes(part, x)
+        key = (part, ms)
+        if key not in self._gemm:
+            calls, counts = self.parts[part].gemms
+            self._gemm[key] = self._times(self._gemm_calls(part, ms), counts)
+        return self._gemm[key]
+
+    def _gemm_calls(self, part: str, ms: tuple[int, ...]) -> list[KernelCall]:
+        return [_with_m(c, m) for c, m in zip(self.parts[part].gemms[0], ms)]
+
+    def bucketed(self, part: str, x: int) -> tuple[float, int]:
+        """`part` for `x` tokens (rows) from the buckets: GEMMs at their tile-rounded M, the other kernels
+        interpolated between the grid's token counts."""
+        gt, gn = self.gemms_at(part, x)
+        rt, rn = self._lerp(lambda t: self.rest_at(part, t), x)
+        return gt + rt, gn + rn
 
     def dense_at(self, tokens: int) -> tuple[float, int]:
         """(seconds, launches) of the per-token kernels at exactly `tokens` tokens."""
@@ -169,30 +223,103 @@ class IterationCost:
 
     def _attention(self, a: _Attn, batch: IterBatch) -> tuple[float, int]:
         """Bucketed: uniform kernels at the batch's size and mean lengths rounded up to the block size."""
-        key_parts: list[tuple[Any, ...]] = []
-        if batch.chunks:
-            n = len(batch.chunks)
-            key_parts.append(("p", n, _bucket(sum(q for q, _ in batch.chunks) / n, Q_UNIT, False),
-                              _bucket(sum(k for _, k in batch.chunks) / n, KV_UNIT, False)))
-        if batch.decodes:
-            n = len(batch.decodes)
-            key_parts.append(("d", n, _bucket(sum(batch.decodes) / n, KV_UNIT, False)))
         total, launches = 0.0, 0
-        for part in key_parts:
+        for part in _parts(batch):
             key = (a, part)
             if key not in self._attn:
-                self._attn[key] = self._attention_part(a, part)
+                self._attn[key] = self._times(self._part_calls(a, part))
             t, nl = self._attn[key]
             total += t
             launches += nl
         return total, launches
 
-    def _attention_part(self, a: _Attn, part: tuple[Any, ...]) -> tuple[float, int]:
+    def _part_calls(self, a: _Attn, part: tuple[Any, ...]) -> list[KernelCall]:
+        """The kernels of one attention bucket: ("p", sequences, q, kv) a uniform prefill; ("d", sequences, mean kv,
+        longest kv) a decode over lengths with that mean and longest."""
         if part[0] == "p":
             _, n, q, kv = part
-            return self._times(self.attention_calls(a, IterBatch(((q, max(q, kv)),) * n, (), 0), exact=False))
-        _, n, kv = part
-        return self._times(self.attention_calls(a, IterBatch((), (kv,) * n, 0), exact=False))
+            return self.attention_calls(a, IterBatch(((q, max(q, kv)),) * n, (), 0), exact=False)
+        _, n, kv, longest = part
+        if n == 1 or longest == kv:
+            return self.attention_calls(a, IterBatch((), (kv,) * n, 0), exact=False)
+        # a varlen kernel over n lengths with the batch's mean and longest stands for it: the longest sets
+        # Flash-Decoding's split count and split length and, within one wave, the time; the mean the total work of
+        # a batch several waves deep. Evenly spread from 2 x mean - longest up to the longest, or, where the
+        # longest is over twice the mean, the longest and n - 1 at the length that keeps the mean
+        lo = 2 * kv - longest
+        if lo >= 1:
+            lens = tuple(round(lo + (longest - lo) * i / (n - 1)) for i in range(n))
+        else:
+            lens = (longest,) + (max(1, round((n * kv - longest) / (n - 1))),) * (n - 1)
+        return [varlen_decode_call(lens, dtype=a.dtype, name=a.name, layer=a.layer, **dict(a.keep),
+                                   **dict(a.kv_params))]
+
+    # -- foreseeing what a load needs --------------------------------------------------------------------------
+
+    def estimate(self, batch: IterBatch) -> float:
+        """A roofline guess of `batch`'s time (torchsim.lowering.fallback.roofline of its kernels at their sizes),
+        used only to foresee which buckets a load will need (`prefetch`); never a reported time."""
+        from torchsim.lowering.fallback import roofline
+
+        def rl(calls: list[KernelCall]) -> float:
+            return sum(roofline(c, self.prof).time_s for c in calls)
+
+        tokens, rows = self.cfg.padded(batch.tokens), max(1, batch.sampled)
+        if tokens not in self._guess:
+            self._guess[tokens] = rl([scaled(c, tokens, self.base) for c in self.dense])
+        if -rows not in self._guess:
+            self._guess[-rows] = rl([scaled(c, rows, self.base) for c in self.sampled])
+        at = sum(count * rl(self.attention_calls(a, batch, exact=False)) for a, count in self.groups.items())
+        return self._placed(self._guess[tokens] + self._guess[-rows] + at, len(self.dense) + len(self.sampled),
+                            batch.tokens)
+
+    def needs(self, batches: Sequence[IterBatch], *, exact: bool = False) -> list[KernelCall]:
+        """The distinct kernels (one per shape) the cost of `batches` simulates (from the buckets, or `exact`) that
+        are not costed yet."""
+        dense: set[int] = set()
+        rows: set[int] = set()
+        parts: set[tuple[_Attn, tuple[Any, ...]]] = set()
+        exact_attn: dict[Any, KernelCall] = {}
+        for b in batches:
+            dense.add(self.cfg.padded(b.tokens))
+            rows.add(max(1, b.sampled))
+            for a in self.groups:
+                if exact:
+                    exact_attn.update((c.key(), c) for c in self.attention_calls(a, b, exact=True))
+                else:
+                    parts.update((a, p) for p in _parts(b))
+        calls: list[KernelCall] = []
+        for part, xs in (("dense", dense), ("sampled", rows)):
+            if exact:
+                done = self._dense if part == "dense" else self._sampled
+                calls += [scaled(c, x, self.base) for x in sorted(xs - done.keys())
+                          for c in (self.dense if part == "dense" else self.sampled)]
+                continue
+            rest = {t for x in xs for t in self._neighbours(x)}
+            calls += [scaled(c, t, self.base) for t in sorted(rest) if (part, t) not in self._rest
+                      for c in self.parts[part].rest[0]]
+            for ms in sorted({self.gemm_sizes(part, x) for x in xs}):
+                if (part, ms) not in self._gemm:
+                    calls += self._gemm_calls(part, ms)
+        for a, p in sorted(parts - self._attn.keys(), key=repr):
+            calls += self._part_calls(a, p)
+        return list({c.key(): c for c in calls + list(exact_attn.values())}.values())
+
+    def prefetch(self, batches: Sequence[IterBatch], *, exact: bool = False, progress: bool = False) -> int:
+        """Simulate at once, on the worker processes, every kernel the cost of `batches` will need: the iterations
+        then only read the results. Returns how many distinct kernels that was."""
+        calls = self.needs(batches, exact=exact)
+        if calls:
+            simulate_many(calls, self.prof, max_events=self.max_events, workers=self.workers, disk=self.disk,
+                          progress=progress)
+        return len(calls)
+
+    def _neighbours(self, x: int) -> list[int]:
+        """The grid points `_lerp` reads for `x`."""
+        i = bisect.bisect_left(self.grid, x)
+        if i == len(self.grid) or self.grid[i] == x:
+            return [x]
+        return [self.grid[max(0, i - 1)], self.grid[i]]
 
     # -- an iteration -------------------------------------------------------------------------------------------
 
@@ -200,8 +327,8 @@ class IterationCost:
         """Seconds of device time for `batch`, from the buckets."""
         self.iterations += 1
         tokens = self.cfg.padded(batch.tokens)
-        dt, dn = self._lerp(self.dense_at, tokens)
-        st, sn = self._lerp(self.sampled_at, max(1, batch.sampled))
+        dt, dn = self.bucketed("dense", tokens)
+        st, sn = self.bucketed("sampled", max(1, batch.sampled))
         at, an = 0.0, 0
         for a, count in self.groups.items():
             t, n = self._attention(a, batch)
@@ -230,6 +357,47 @@ class IterationCost:
         return max(device, launches * float(lm.host_per_kernel))
 
 
+@dataclass(frozen=True)
+class _Part:
+    """The kernels of one part of the step, identical calls counted once: (calls, counts) of its GPU GEMMs and of
+    the rest."""
+
+    gemms: tuple[list[KernelCall], list[int]]
+    rest: tuple[list[KernelCall], list[int]]
+
+
+def _counted(calls: Sequence[KernelCall], tiled: bool) -> _Part:
+    groups: dict[tuple[bool, Any], list[Any]] = {}
+    for c in calls:
+        is_gemm = tiled and c.kind is KernelKind.GEMM
+        g = groups.setdefault((is_gemm, c.key()), [c, 0])
+        g[1] += 1
+    pick = [([g[0] for k, g in groups.items() if k[0] is flag], [g[1] for k, g in groups.items() if k[0] is flag])
+            for flag in (True, False)]
+    return _Part(pick[0], pick[1])
+
+
+def _tile_m(c: KernelCall, prof: Any) -> int:
+    """`c`'s M rounded up to the tile height of the configuration the template library gives it, when the rounded
+    GEMM keeps that configuration (else M itself)."""
+    from torchsim.prediction.repeats import gemm_call_config
+
+    m = int(c.p("m"))
+    cfg = gemm_call_config(c, prof)
+    up = -(-m // cfg.bm) * cfg.bm
+    if up == m:
+        return m
+    other = gemm_call_config(_with_m(c, up), prof)
+    return up if (other.bm, other.bn, other.bk, other.stages, other.split_k, other.persistent) == (
+        cfg.bm, cfg.bn, cfg.bk, cfg.stages, cfg.split_k, cfg.persistent) else m
+
+
+def _with_m(c: KernelCall, m: int) -> KernelCall:
+    params = {**dict(c.params), "m": m}
+    return KernelCall(c.kind, tuple(sorted(params.items())), c.dtype, c.name, c.phase, c.layer, c.stream,
+                      c.module_path, c.source, c.fx_nodes)
+
+
 def scaled(c: KernelCall, tokens: int, base: int) -> KernelCall:
     """`c` (captured at `base` tokens) at `tokens` tokens: every per-token size scaled."""
     params = dict(c.params)
@@ -251,6 +419,28 @@ def _shares(counts: tuple[int, ...], tokens: int, base: int) -> tuple[int, ...]:
     for i in sorted(range(len(raw)), key=lambda i: (out[i] - raw[i], i))[: total - sum(out)]:
         out[i] += 1
     return tuple(out)
+
+
+def _parts(batch: IterBatch) -> list[tuple[Any, ...]]:
+    """The attention buckets of `batch`: its prompt chunks at their count and bucketed mean q / KV lengths, its
+    decodes at their count and bucketed mean KV length."""
+    out: list[tuple[Any, ...]] = []
+    if batch.chunks:
+        n = len(batch.chunks)
+        out.append(("p", n, _bucket(sum(q for q, _ in batch.chunks) / n, Q_UNIT, False),
+                    _bucket(sum(k for _, k in batch.chunks) / n, KV_UNIT, False)))
+    if batch.decodes:
+        n = len(batch.decodes)
+        longest = _bucket(max(batch.decodes), KV_UNIT, False)  # rounded up: the longest sets the split length
+        out.append(("d", n, min(longest, _nearest(sum(batch.decodes) / n)), longest))
+    return out
+
+
+def _nearest(x: float) -> int:
+    """`x` to the nearest multiple of KV_UNIT, or of an eighth of its power of two where that is finer (a mean KV
+    length of 132 is 132, not 128: short lengths keep their relative precision)."""
+    unit = min(KV_UNIT, max(1, 2 ** (math.floor(math.log2(max(x, 1.0))) - 3)))
+    return max(1, unit * round(x / unit))
 
 
 def _bucket(x: float, unit: int, exact: bool) -> int:

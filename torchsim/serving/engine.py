@@ -151,10 +151,12 @@ class _Seq:
     finish_s: float = math.nan
     preemptions: int = 0
     spans: list[tuple[str, float, float]] = field(default_factory=list)  # (what, start, end) for the timeline
+    prompt: int = -1  # tokens to prefill: the input, and after a preemption the input and the tokens generated so
+    # far (recomputed); once `computed` reaches it the request decodes
 
-    @property
-    def prompt(self) -> int:  # tokens to prefill: the input, and after a preemption the tokens generated so far
-        return self.req.input_len + self.generated
+    def __post_init__(self) -> None:
+        if self.prompt < 0:
+            self.prompt = self.req.input_len
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,7 @@ def run(requests: Sequence[Request], cfg: SchedulerConfig, cost: Callable[[IterB
         nonlocal free
         free += victim.blocks
         victim.blocks, victim.computed = 0, 0
+        victim.prompt = victim.req.input_len + victim.generated
         victim.preemptions += 1
         running.remove(victim)
         waiting.appendleft(victim)

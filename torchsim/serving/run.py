@@ -16,7 +16,7 @@ from typing import Any
 from torchsim.graph.kinds import DType
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.serving.cost import BASE_PAST, BASE_ROWS, IterationCost, scaled
-from torchsim.serving.engine import SchedulerConfig
+from torchsim.serving.engine import IterBatch, SchedulerConfig
 from torchsim.serving.engine import run as run_engine
 from torchsim.serving.load import MAX_TOKENS, LengthDist, Request, read_requests, synthetic
 from torchsim.serving.result import ServeResult
@@ -27,7 +27,7 @@ def serve(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, requests: str | Seq
           num_requests: int = 1000, input_len: str | int = 1024, output_len: str | int = 128, seed: int = 0,
           scheduler: str | SchedulerConfig = "vllm", dtype: str = "bf16", kv_cache: str | None = None,
           quant: str | None = None, tp: int = 1, system: str | None = None, exact: bool = False,
-          cache: bool = True, workers: int | None = 1, progress: bool = False,
+          cache: bool = True, workers: int | None = None, progress: bool = False,
           **scheduler_flags: Any) -> ServeResult:
     """Serve `model` on `hw` under one load: a request file or list (`requests`), Poisson arrivals at `rate`
     requests/s, `concurrency` closed-loop clients, or every request at t = 0 (`offline`); synthetic loads draw
@@ -89,6 +89,18 @@ def serve(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, requests: str | Seq
     blocks = int(memory["kv_bytes"] // (kv_per_token * cfg.block_size)) if memory["kv_bytes"] > 0 else 0
     t_setup = time.perf_counter()
     cost = IterationCost(calls, prof, cfg, disk=DiskCache() if cache else None, workers=workers)
+    # a first pass on roofline guesses foresees the iterations (exactly for offline and closed-loop loads, whose
+    # batches do not depend on time; roughly for timed arrivals), so their kernels simulate together on the
+    # worker processes; the real pass below reads them, and simulates any it did not foresee
+    foreseen: list[IterBatch] = []
+
+    def guess(batch: IterBatch) -> float:
+        foreseen.append(batch)
+        return cost.estimate(batch)
+
+    run_engine(reqs, cfg, guess, blocks, clients=concurrency)
+    prefetched = cost.prefetch(foreseen, exact=exact, progress=progress)
+    t_prefetch = time.perf_counter()
     bar = _bar(len(reqs), progress)
     engine = run_engine(reqs, cfg, cost.exact if exact else cost, blocks,
                         clients=concurrency, progress=bar.update_to if bar else None)
@@ -112,8 +124,10 @@ def serve(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, requests: str | Seq
     )
     return ServeResult(model=entry.name, hw=str(prof.name), tp=tp, engine=engine, memory=memory,
                        kv_bytes_per_token=kv_per_token, assumptions=assumptions,
-                       timings_s={"setup": t_setup - t0, "serve": t_end - t_setup, "total": t_end - t0},
-                       stats={"iterations_costed": cost.iterations, "dense_sizes": len(cost._dense),
+                       timings_s={"setup": t_setup - t0, "simulate": t_prefetch - t_setup, "serve": t_end - t_prefetch,
+                                  "total": t_end - t0},
+                       stats={"iterations_costed": cost.iterations, "kernels_prefetched": prefetched,
+                              "gemm_sizes": len(cost._gemm), "grid_sizes": len(cost._rest),
                               "attention_buckets": len(cost._attn), **entry.facts})
 
 
