@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any
 
-COMMANDS = ("hw", "kernel", "routing", "predict", "compare", "sweep", "calibrate", "microbench", "collective")
+COMMANDS = ("hw", "kernel", "routing", "predict", "serve", "compare", "sweep", "calibrate", "microbench", "collective")
 
 
 class UsageError(ValueError):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from torchsim.cli import int_in
+from torchsim.cli import UsageError, int_in
 
 
 def add_parallel_options(p: argparse.ArgumentParser, *, tp_help: str) -> None:
@@ -23,3 +24,19 @@ def add_parallel_options(p: argparse.ArgumentParser, *, tp_help: str) -> None:
     p.add_argument("--allow-oversubscribe", action="store_true",
                    help="predict a scenario whose weights + KV cache + activations exceed one GPU's memory (a warning "
                         "instead of an error)")
+
+
+def system_device(args: argparse.Namespace) -> Any:
+    """`--hw` naming a multi-GPU system (dgx-h100, ...): one of its GPUs, for a run over `--tp` of them (predict,
+    serve); None when --hw names one device."""
+    from torchsim.hwmodels.systems import get_system, is_system
+
+    if not is_system(args.hw):
+        return None
+    system = get_system(args.hw.strip())  # a built-in system or a what-if file based on one
+    if args.tp == 1:
+        raise UsageError(f"--hw {args.hw} is a system of {system.devices} GPUs: pass --tp N (2..{system.devices}) to "
+                         f"split the model over N of its GPUs, or --hw {system.device.name} for one GPU")
+    if getattr(args, "grid", None) is not None:
+        raise UsageError("--grid is a Tenstorrent option; --hw names a GPU system")
+    return system.device

@@ -40,7 +40,8 @@ def wants_records(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "perfetto", None) or getattr(args, "parquet", None))
 
 
-def _line(what: str, path: str | os.PathLike[str], seconds: float, extra: str = "") -> str:
+def file_line(what: str, path: str | os.PathLike[str], seconds: float, extra: str = "") -> str:
+    """`wrote WHAT PATH (SIZE, EXTRA, SECONDS s)`: the line a command prints for each file it wrote."""
     size = os.path.getsize(path)
     shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"
     return f"wrote {what} {path} ({shown}{', ' + extra if extra else ''}, {seconds:.2f} s)"
@@ -65,20 +66,20 @@ def write_kernel_outputs(args: argparse.Namespace, launches: Sequence[tuple[Any,
     if getattr(args, "parquet", None):
         t = time.perf_counter()
         write_kernels(args.parquet, [PredictionRecords(run, records)], [hw])
-        lines.append(_line("kernels table", args.parquet, time.perf_counter() - t, f"{len(records)} rows"))
+        lines.append(file_line("kernels table", args.parquet, time.perf_counter() - t, f"{len(records)} rows"))
         t = time.perf_counter()
         rows = write_nodes(nodes_path(args.parquet), details, hw)
-        lines.append(_line("nodes table", nodes_path(args.parquet), time.perf_counter() - t, f"{rows:,} rows"))
+        lines.append(file_line("nodes table", nodes_path(args.parquet), time.perf_counter() - t, f"{rows:,} rows"))
     if getattr(args, "perfetto", None):
         rep = write_trace(args.perfetto, details=details)
-        lines.append(_line("kernel detail trace", args.perfetto, rep.write_s,
+        lines.append(file_line("kernel detail trace", args.perfetto, rep.write_s,
                            f"{rep.stats.slices:,} slices, {rep.stats.flows:,} flows"))
     if getattr(args, "plot", None):
         from torchsim.exports.report import plot_kernel
 
         t = time.perf_counter()
         plot_kernel(args.plot, records, hw.name)
-        lines.append(_line("chart", args.plot, time.perf_counter() - t))
+        lines.append(file_line("chart", args.plot, time.perf_counter() - t))
     return lines
 
 
@@ -109,7 +110,7 @@ def write_prediction_outputs(args: argparse.Namespace, preds: Sequence[Predictio
     if getattr(args, "parquet", None):
         t = time.perf_counter()
         rows = write_kernels(args.parquet, preds, profiles)
-        lines.append(_line("kernels table", args.parquet, time.perf_counter() - t, f"{rows:,} rows"))
+        lines.append(file_line("kernels table", args.parquet, time.perf_counter() - t, f"{rows:,} rows"))
     if getattr(args, "perfetto", None):
         n = int(getattr(args, "detail", 0) or 0)
         details: list[KernelDetail] = []
@@ -121,12 +122,12 @@ def write_prediction_outputs(args: argparse.Namespace, preds: Sequence[Predictio
             for pred in preds:
                 details.extend(detail_for(pred, k) for k in slowest_distinct(pred.kernels, n, eligible))
         rep = write_trace(args.perfetto, preds, details)
-        lines.append(_line("trace", args.perfetto, rep.write_s, f"{rep.stats.slices:,} slices"
+        lines.append(file_line("trace", args.perfetto, rep.write_s, f"{rep.stats.slices:,} slices"
                            + (f", {len(details)} kernel detail views" if details else "")))
     if getattr(args, "plot", None):
         from torchsim.exports.report import plot_time_per_kind
 
         t = time.perf_counter()
         plot_time_per_kind(args.plot, preds, title)
-        lines.append(_line("chart", args.plot, time.perf_counter() - t))
+        lines.append(file_line("chart", args.plot, time.perf_counter() - t))
     return lines

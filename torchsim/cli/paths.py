@@ -39,6 +39,8 @@ def check_outputs(args: argparse.Namespace) -> None:
         outputs.append((f"--{opt}", path))
         if opt == "parquet" and getattr(args, "command", "") == "kernel":
             outputs.append(("--parquet (its nodes table)", Path(nodes_path(value))))
+        if opt == "parquet" and getattr(args, "command", "") == "serve":
+            outputs.append(("--parquet (its iterations table)", Path(iterations_path(value))))
     inputs = [(f"--{opt}" if opt != "model" else "the model config", Path(v)) for opt in INPUT_OPTIONS
               if isinstance(v := getattr(args, opt, None), str) and v and Path(v).exists()]
     seen: dict[Path, str] = {}
@@ -52,6 +54,15 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 def nodes_path(parquet_path: str) -> str:
     """`run.parquet` -> `run.nodes.parquet`: where a single kernel's nodes table goes."""
+    return _sibling(parquet_path, "nodes")
+
+
+def iterations_path(parquet_path: str) -> str:
+    """`run.parquet` -> `run.iterations.parquet`: where `torchsim serve` writes its per-iteration table."""
+    return _sibling(parquet_path, "iterations")
+
+
+def _sibling(parquet_path: str, table: str) -> str:
     p = Path(parquet_path)
     stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.name
-    return str(p.with_name(stem + ".nodes.parquet"))
+    return str(p.with_name(f"{stem}.{table}.parquet"))

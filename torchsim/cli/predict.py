@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from torchsim.cli import UsageError, add_quant_option, approximated, int_in
-from torchsim.cli.options import add_parallel_options
+from torchsim.cli.options import add_parallel_options, system_device
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
 from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from torchsim.sim.policy import default_policy, policy_profile
 
-    device = _system_device(args)
+    device = system_device(args)
     hw = device or _grid_profile(args)
     with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(approximated(args), policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
@@ -130,24 +130,6 @@ def run(args: argparse.Namespace) -> int:
     for line in export_predictions(args, [pred], [device]):
         print(line)
     return 0
-
-
-
-
-
-def _system_device(args: argparse.Namespace) -> Any:
-    """`--hw` naming a multi-GPU system (dgx-h100, ...): one of its GPUs, for a run over `--tp` of them."""
-    from torchsim.hwmodels.systems import get_system, is_system
-
-    if not is_system(args.hw):
-        return None
-    system = get_system(args.hw.strip())  # a built-in system or a what-if file based on one
-    if args.tp == 1:
-        raise UsageError(f"--hw {args.hw} is a system of {system.devices} GPUs: pass --tp N (2..{system.devices}) to "
-                         f"split the model over N of its GPUs, or --hw {system.device.name} for one GPU")
-    if args.grid is not None:
-        raise UsageError("--grid is a Tenstorrent option; --hw names a GPU system")
-    return system.device
 
 
 def _grid_profile(args: argparse.Namespace) -> Any:

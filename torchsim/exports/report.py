@@ -134,7 +134,7 @@ def time_per_kind(pred: PredictionRecords) -> dict[str, dict[str, float]]:
     return {p: dict(v) for p, v in out.items()}
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
 
@@ -148,7 +148,7 @@ def _pyplot() -> Any:
 def plot_kernel(path: str | os.PathLike[str], launches: KernelRecord | Sequence[KernelRecord], hardware: str) -> None:
     """PNG of one kernel (or launches run back to back): unit utilisation and where the waiting went, a bar
     per launch; what is not modelled is left out."""
-    plt = _pyplot()
+    plt = pyplot()
     ks = [launches] if isinstance(launches, KernelRecord) else list(launches)
     units = sorted({u for k in ks for u in (k.unit_busy or {})}, key=lambda u: -max((k.unit_busy or {}).get(u, 0)
                                                                                      for k in ks))
@@ -188,7 +188,7 @@ def plot_kernel(path: str | os.PathLike[str], launches: KernelRecord | Sequence[
 
 def plot_time_per_kind(path: str | os.PathLike[str], preds: Sequence[PredictionRecords], title: str = "") -> None:
     """PNG stacked bars: one bar per hardware, one colour per kernel kind; a panel per phase (decode per step)."""
-    plt = _pyplot()
+    plt = pyplot()
     data = [time_per_kind(p) for p in preds]
     phases = [ph for ph in ("prefill", "decode", "kernel") if any(ph in d for d in data)]
     totals: dict[str, float] = defaultdict(float)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ class ServeResult:
         kv = d["kv_cache"]
         lines = [
             f"{d['model']} on {d['hw']}" + (f" x{d['tp']} (tensor parallel)" if d["tp"] > 1 else "")
-            + f", scheduler {d['scheduler']}: {d['requests']} requests in {d['duration_s']:.2f} s (simulated)",
+            + f", scheduler {d['scheduler']}: {d['requests']} requests in {_seconds(d['duration_s'])} (simulated)",
             f"  throughput {d['output_tokens_per_s']:,.0f} output tokens/s, {d['total_tokens_per_s']:,.0f} total "
             f"tokens/s, {d['requests_per_s']:.2f} requests/s",
             row("TTFT", d["ttft_ms"]), row("TPOT", d["tpot_ms"]), row("ITL", d["itl_ms"]), row("E2E", d["e2e_ms"]),
@@ -158,20 +159,9 @@ class ServeResult:
                 "torchsim.scheduler": self.engine.config.describe(), "torchsim.units": "seconds, tokens"}
 
     def write_parquet(self, path: str | Path, iterations_path: str | Path) -> tuple[int, int]:
-        """The per-request table at `path`, the per-iteration one at `iterations_path` (both atomically)."""
-        import io
-
-        import pyarrow.parquet as pq
-
-        from torchsim.exports.atomic import write_bytes_atomic
-
-        out = []
-        for p, t in ((path, self.request_table()), (iterations_path, self.iteration_table())):
-            buf = io.BytesIO()
-            pq.write_table(t, buf, compression="zstd")
-            write_bytes_atomic(p, buf.getvalue())
-            out.append(t.num_rows)
-        return out[0], out[1]
+        """The per-request table at `path`, the per-iteration one at `iterations_path` (both atomically);
+        returns their row counts."""
+        return _write_tables(path, self.request_table(), iterations_path, self.iteration_table())
 
     def write_perfetto(self, path: str | Path, max_requests: int = 2000) -> int:
         """A timeline: the engine's iterations (with counters of running/waiting requests and KV use) and one
@@ -212,6 +202,47 @@ class ServeResult:
         return stats.slices
 
 
+def write_sweep_parquet(points: Sequence[tuple[str, float, ServeResult]], path: str | Path,
+                        iterations_path: str | Path) -> tuple[int, int]:
+    """A sweep's runs as two tables, the per-request one at `path` and the per-iteration one at
+    `iterations_path`: each run's rows after a leading column named by its load key ("rate" in requests/s or
+    "concurrency" in clients) holding its value. `points` are (key, value, result). Returns the row counts."""
+    import pyarrow as pa
+
+    if not points:
+        raise ValueError("a sweep without points has no tables to write")
+    tables = []
+    for make in (ServeResult.request_table, ServeResult.iteration_table):
+        parts = []
+        for key, value, result in points:
+            t = make(result)
+            col = pa.array([value] * t.num_rows, pa.int64() if key == "concurrency" else pa.float64())
+            parts.append(t.add_column(0, key, col))
+        meta = dict(points[0][2]._metadata("requests" if make is ServeResult.request_table else "iterations"))
+        meta["torchsim.sweep"] = points[0][0]
+        tables.append(pa.concat_tables(parts).replace_schema_metadata(meta))
+    return _write_tables(path, tables[0], iterations_path, tables[1])
+
+
+def _write_tables(path: str | Path, requests: Any, iterations_path: str | Path, iterations: Any) -> tuple[int, int]:
+    """Both tables serialised first, then each file written atomically: a table that fails to serialise leaves
+    neither file written."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from torchsim.exports.atomic import write_bytes_atomic
+
+    data = []
+    for t in (requests, iterations):
+        buf = io.BytesIO()
+        pq.write_table(t, buf, compression="zstd")
+        data.append(buf.getvalue())
+    write_bytes_atomic(path, data[0])
+    write_bytes_atomic(iterations_path, data[1])
+    return requests.num_rows, iterations.num_rows
+
+
 def _merge(spans: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
     """Consecutive decode steps as one slice (a request decodes in every iteration it runs in)."""
     out: list[tuple[str, float, float]] = []
@@ -221,6 +252,11 @@ def _merge(spans: list[tuple[str, float, float]]) -> list[tuple[str, float, floa
         else:
             out.append((what, a, b))
     return out
+
+
+def _seconds(s: float) -> str:
+    """A run's length: `12.34 s`, or `193 ms` under a second (small models finish in milliseconds)."""
+    return f"{s:.2f} s" if s >= 1 or s == 0 else f"{s * 1e3:.3g} ms"
 
 
 def _scaled(s: dict[str, float], k: float) -> dict[str, float]:

@@ -16,7 +16,7 @@ from typing import Any
 from torchsim.graph.kinds import DType
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.serving.cost import BASE_PAST, BASE_ROWS, IterationCost, scaled
-from torchsim.serving.engine import IterBatch, SchedulerConfig
+from torchsim.serving.engine import IterBatch, KvCacheTooSmall, SchedulerConfig
 from torchsim.serving.engine import run as run_engine
 from torchsim.serving.load import MAX_TOKENS, LengthDist, Request, read_requests, synthetic
 from torchsim.serving.result import ServeResult
@@ -87,6 +87,14 @@ def serve(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, requests: str | Seq
     kv_per_token = kv_bytes_per_token(calls, entry.kv_dtype)
     memory = kv_memory(prof, entry.weight_bytes, calls, cfg)
     blocks = int(memory["kv_bytes"] // (kv_per_token * cfg.block_size)) if memory["kv_bytes"] > 0 else 0
+    if blocks < 1:
+        share = "of the device memory" if cfg.memory_basis == "total" else "of what weights and activations leave"
+        raise KvCacheTooSmall(
+            f"no room for a KV block of {cfg.block_size} tokens on {prof.name}: {cfg.memory_fraction:g} {share} "
+            f"({memory['capacity_bytes'] / 2**30:.1f} GiB, weights {memory['weight_bytes'] / 2**30:.2f} GiB, "
+            f"activations {memory['activation_bytes'] / 2**30:.2f} GiB per GPU) leaves "
+            f"{max(memory['kv_bytes'], 0.0) / 2**20:.1f} MiB; raise memory_fraction, split over more GPUs (tp) or "
+            "quantise the weights")
     t_setup = time.perf_counter()
     cost = IterationCost(calls, prof, cfg, disk=DiskCache() if cache else None, workers=workers)
     # a first pass on roofline guesses foresees the iterations (exactly for offline and closed-loop loads, whose
