@@ -145,3 +145,15 @@ def test_a_preempted_request_recomputes_its_prompt_and_generated_tokens() -> Non
     assert len(again) == 1 and 30 < again[0][0] < 50 and again[0][1] == again[0][0]  # from an empty cache
     assert all(s.generated == 20 for s in out.requests)
     assert all(len(b.decodes) + len(b.chunks) <= 2 for b in batches)
+
+
+def test_decode_buckets_count_kv_blocks_and_interpolate_the_mean() -> None:
+    from torchsim.serving.cost import _parts
+
+    # 44 sequences of 132 tokens walk two 128-token blocks each, as 256-token ones would: one uniform bucket
+    assert _parts(IterBatch((), (132,) * 44, 44), 128) == [(1.0, ("d", 44, 2, 2))]
+    # mixed lengths: the longest (in blocks, rounded up to the grid) and the mean between two grid counts
+    parts = _parts(IterBatch((), (128 * 20,) + (128 * 3,) * 9, 10), 128)
+    assert [p[1][:2] for p in parts] == [("d", 10)] * 2 and all(p[1][3] == 20 for p in parts)
+    (w_lo, lo), (w_hi, hi) = parts
+    assert lo[2] < 4.7 < hi[2] and abs(w_lo * lo[2] + w_hi * hi[2] - 4.7) < 1e-9 and abs(w_lo + w_hi - 1) < 1e-12

@@ -17,14 +17,15 @@ height (its time changes only when M crosses a tile row, in steps wave quantisat
 Llama-3-8B on H100 takes 44 us at 1024 tokens and 71 us at 1025..1280), the other per-token kernels simulated at
 the token counts of a grid (`token_grid`) and interpolated linearly in between (their time is linear in the
 tokens), prompt chunks as a uniform prefill kernel at their count and mean lengths rounded up to the kernels'
-blocks, decodes as a varlen decode kernel over lengths spread evenly up to the batch's longest KV length (rounded
-up to the block) with its mean (rounded to the nearest block, or to an eighth of its power of two when shorter):
-the longest sets Flash-Decoding's split count and split length and, within one wave of CTAs, the time; the mean
-sets the work of a batch several waves deep. `exact(batch)` simulates the
-iteration's own kernels (varlen attention over the real lengths, every kernel at the padded token count), the
-reference the buckets are measured against: benchmarks/bench_serving_buckets.py. Before a run, `prefetch`
-simulates the kernels a foreseen set of batches needs at once on the worker processes. Kernels are simulated once
-per process (torchsim.prediction.kernel_sim's memo) and kept in the disk cache, so a warm run simulates nothing.
+blocks, decodes in the K/V blocks the decode kernel walks (a sequence of 132 tokens costs two blocks of 128, as
+one of 256 does) as a varlen kernel over block counts spread evenly up to the batch's longest with its mean
+(interpolated between grid counts an eighth of their power of two apart): the longest sets Flash-Decoding's
+split count and split length and, within one wave of CTAs, the time; the mean sets the work of a batch several
+waves deep. `exact(batch)` simulates the iteration's own kernels (varlen attention over the real lengths, every
+kernel at the padded token count), the reference the buckets are measured against:
+benchmarks/bench_serving_buckets.py. Before a run, `prefetch` simulates the kernels a foreseen set of batches
+needs at once on the worker processes. Kernels are simulated once per process (torchsim.prediction.kernel_sim's
+memo) and kept in the disk cache, so a warm run simulates nothing.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class IterationCost:
         self._gemm: dict[tuple[str, tuple[int, ...]], tuple[float, int]] = {}
         self._attn: dict[tuple[Any, ...], tuple[float, int]] = {}
         self._guess: dict[int, float] = {}
+        self._kv_block: dict[_Attn, int] = {}
         self.iterations = 0
 
     # -- kernels at a size ------------------------------------------------------------------------------------
@@ -222,16 +224,16 @@ class IterationCost:
         return out
 
     def _attention(self, a: _Attn, batch: IterBatch) -> tuple[float, int]:
-        """Bucketed: uniform kernels at the batch's size and mean lengths rounded up to the block size."""
-        total, launches = 0.0, 0
-        for part in _parts(batch):
+        """Bucketed (`_parts`): each bucket's kernels simulated once, weighted."""
+        total, launches = 0.0, 0.0
+        for weight, part in _parts(batch, self.kv_block(a)):
             key = (a, part)
             if key not in self._attn:
                 self._attn[key] = self._times(self._part_calls(a, part))
             t, nl = self._attn[key]
-            total += t
-            launches += nl
-        return total, launches
+            total += weight * t
+            launches += weight * nl
+        return total, round(launches)
 
     def _part_calls(self, a: _Attn, part: tuple[Any, ...]) -> list[KernelCall]:
         """The kernels of one attention bucket: ("p", sequences, q, kv) a uniform prefill; ("d", sequences, mean kv,
@@ -239,20 +241,34 @@ class IterationCost:
         if part[0] == "p":
             _, n, q, kv = part
             return self.attention_calls(a, IterBatch(((q, max(q, kv)),) * n, (), 0), exact=False)
-        _, n, kv, longest = part
-        if n == 1 or longest == kv:
-            return self.attention_calls(a, IterBatch((), (kv,) * n, 0), exact=False)
-        # a varlen kernel over n lengths with the batch's mean and longest stands for it: the longest sets
-        # Flash-Decoding's split count and split length and, within one wave, the time; the mean the total work of
-        # a batch several waves deep. Evenly spread from 2 x mean - longest up to the longest, or, where the
-        # longest is over twice the mean, the longest and n - 1 at the length that keeps the mean
-        lo = 2 * kv - longest
+        _, n, blocks, longest = part
+        bn = self.kv_block(a)
+        if n == 1 or longest == blocks:
+            return self.attention_calls(a, IterBatch((), (bn * blocks,) * n, 0), exact=True)
+        # a varlen kernel over n sequences with the batch's mean and longest K/V blocks stands for it: the longest
+        # sets Flash-Decoding's split count and split length and, within one wave of CTAs, the time; the mean the
+        # work of a batch several waves deep. Evenly spread from 2 x mean - longest up to the longest, or, where
+        # the longest is over twice the mean, the longest and n - 1 at the count that keeps the mean
+        lo = 2 * blocks - longest
         if lo >= 1:
-            lens = tuple(round(lo + (longest - lo) * i / (n - 1)) for i in range(n))
+            counts = tuple(round(lo + (longest - lo) * i / (n - 1)) for i in range(n))
         else:
-            lens = (longest,) + (max(1, round((n * kv - longest) / (n - 1))),) * (n - 1)
-        return [varlen_decode_call(lens, dtype=a.dtype, name=a.name, layer=a.layer, **dict(a.keep),
-                                   **dict(a.kv_params))]
+            counts = (longest,) + (max(1, round((n * blocks - longest) / (n - 1))),) * (n - 1)
+        return [varlen_decode_call(tuple(bn * c for c in counts), dtype=a.dtype, name=a.name, layer=a.layer,
+                                   **dict(a.keep), **dict(a.kv_params))]
+
+    def kv_block(self, a: _Attn) -> int:
+        """The K/V block (tokens) the decode kernel of `a` walks the cache in (the template's bn), KV_UNIT where no
+        template serves the shape."""
+        if a not in self._kv_block:
+            from torchsim.lowering.templates import build_kernels
+
+            try:
+                call = self.attention_calls(a, IterBatch((), (4096,) * 64, 0), exact=True)[0]
+                self._kv_block[a] = int(build_kernels(call, self.prof)[0].attrs.get("bn", 0) or KV_UNIT)
+            except ValueError:
+                self._kv_block[a] = KV_UNIT
+        return self._kv_block[a]
 
     # -- foreseeing what a load needs --------------------------------------------------------------------------
 
@@ -287,7 +303,7 @@ class IterationCost:
                 if exact:
                     exact_attn.update((c.key(), c) for c in self.attention_calls(a, b, exact=True))
                 else:
-                    parts.update((a, p) for p in _parts(b))
+                    parts.update((a, p) for _, p in _parts(b, self.kv_block(a)))
         calls: list[KernelCall] = []
         for part, xs in (("dense", dense), ("sampled", rows)):
             if exact:
@@ -421,26 +437,37 @@ def _shares(counts: tuple[int, ...], tokens: int, base: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _parts(batch: IterBatch) -> list[tuple[Any, ...]]:
-    """The attention buckets of `batch`: its prompt chunks at their count and bucketed mean q / KV lengths, its
-    decodes at their count and bucketed mean KV length."""
-    out: list[tuple[Any, ...]] = []
+def _parts(batch: IterBatch, bn: int = KV_UNIT) -> list[tuple[float, tuple[Any, ...]]]:
+    """The attention buckets of `batch`, weighted: its prompt chunks at their count and mean q / KV lengths rounded
+    up to the blocks (weight 1); its decodes in K/V blocks of `bn` tokens (the decode kernel's work: a sequence of
+    132 tokens costs two blocks of 128, as one of 256 does) at their count and longest, and at the two grid counts
+    (`_kv_grid`) around their mean, weighted to interpolate linearly between them."""
+    out: list[tuple[float, tuple[Any, ...]]] = []
     if batch.chunks:
         n = len(batch.chunks)
-        out.append(("p", n, _bucket(sum(q for q, _ in batch.chunks) / n, Q_UNIT, False),
-                    _bucket(sum(k for _, k in batch.chunks) / n, KV_UNIT, False)))
+        out.append((1.0, ("p", n, _bucket(sum(q for q, _ in batch.chunks) / n, Q_UNIT, False),
+                          _bucket(sum(k for _, k in batch.chunks) / n, KV_UNIT, False))))
     if batch.decodes:
         n = len(batch.decodes)
-        longest = _bucket(max(batch.decodes), KV_UNIT, False)  # rounded up: the longest sets the split length
-        out.append(("d", n, min(longest, _nearest(sum(batch.decodes) / n)), longest))
+        blocks = [-(-kv // bn) for kv in batch.decodes]
+        longest = _kv_grid(max(blocks), 1 << 62)[1]  # rounded up: the longest sets the split length
+        mean = sum(blocks) / n
+        lo, hi = _kv_grid(mean, longest)
+        if hi == lo:
+            out.append((1.0, ("d", n, lo, longest)))
+        else:
+            w = (mean - lo) / (hi - lo)
+            out += [(1.0 - w, ("d", n, lo, longest)), (w, ("d", n, hi, longest))]
     return out
 
 
-def _nearest(x: float) -> int:
-    """`x` to the nearest multiple of KV_UNIT, or of an eighth of its power of two where that is finer (a mean KV
-    length of 132 is 132, not 128: short lengths keep their relative precision)."""
-    unit = min(KV_UNIT, max(1, 2 ** (math.floor(math.log2(max(x, 1.0))) - 3)))
-    return max(1, unit * round(x / unit))
+def _kv_grid(x: float, longest: int) -> tuple[int, int]:
+    """The grid counts at or below and above `x` (at most `longest`): every count up to 16, then an eighth of x's
+    power of two apart (2 from 16, 4 from 32, ...)."""
+    unit = max(1, 2 ** (math.floor(math.log2(max(x, 1.0))) - 3))
+    lo = max(1, unit * math.floor(x / unit))
+    hi = min(longest, unit * math.ceil(x / unit))
+    return min(lo, hi), hi
 
 
 def _bucket(x: float, unit: int, exact: bool) -> int:
