@@ -9,8 +9,8 @@
 --offline: the Llama-3.1-8B FP8 rows of ../shared/validation/published_dev.csv measured with `trtllm-bench
 throughput` (every request queued at t = 0, in-flight batching, CUDA graphs with padding). `serve` runs them under
 the `trtllm` scheduler preset (reserve-whole KV admission in 0.95 of the memory the weights leave, 8192 tokens per
-iteration, prompts not chunked) with `--requests-per-row` x the concurrency the KV cache holds requests (so the
-batch refills at least that many times). Beside it the static-batch model of benchmarks/validate_e2e.py
+iteration, prompts not chunked) with `--requests-per-row` x the requests its KV cache holds at full length (whole
+waves: no last wave of a few requests decoding alone). Beside it the static-batch model of benchmarks/validate_e2e.py
 (torchsim.validation.e2e: the whole concurrency decoding as one batch, prefill and decode not overlapped) shows
 what continuous batching changes.
 """
@@ -50,10 +50,15 @@ def offline(args: argparse.Namespace) -> list[dict[str, Any]]:
             print(f"  {r.id}: skipped ({s})")
             continue
         t = time.perf_counter()
-        n = max(200, args.requests_per_row * s.concurrency)
-        res = serve(s.model, s.profile, offline=True, num_requests=n, input_len=s.isl, output_len=s.osl,
-                    scheduler="trtllm", dtype=s.dtype, kv_cache="fp8" if s.kv_cache == "fp8" else None,
-                    quant=s.quant or None, workers=args.workers)
+        common = {"scheduler": "trtllm", "dtype": s.dtype, "kv_cache": "fp8" if s.kv_cache == "fp8" else None,
+                  "quant": s.quant or None, "workers": args.workers}
+        # whole waves: a multiple of the requests the KV cache holds at full length (reserve-whole admission), so
+        # no last wave of a few requests decodes alone
+        kv = serve(s.model, s.profile, offline=True, num_requests=1, input_len=s.isl, output_len=1,
+                   **common).summary_dict()["kv_cache"]
+        fits = kv["blocks"] // -(-(s.isl + s.osl) // kv["block_size"])
+        n = args.requests_per_row * fits
+        res = serve(s.model, s.profile, offline=True, num_requests=n, input_len=s.isl, output_len=s.osl, **common)
         d = res.summary_dict()
         wall = time.perf_counter() - t
         static, _ = predict_serving(s, args.workers, 5 * 60_000)
@@ -118,7 +123,7 @@ def main() -> None:
     ap.add_argument("--concurrency", action="store_true")
     ap.add_argument("--only", default="", help="offline: comma-separated row ids")
     ap.add_argument("--requests-per-row", type=int, default=2,
-                    help="offline: requests per row, as a multiple of the concurrency its KV cache holds")
+                    help="offline: requests per row, as a multiple of the requests its KV cache holds at full length")
     ap.add_argument("--sweep-model", default="llama3-8b")
     ap.add_argument("--rate-list", default="2,5,10,15,20,25,30,40")
     ap.add_argument("--num-requests", type=int, default=1000)

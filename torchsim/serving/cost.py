@@ -49,6 +49,7 @@ _TOKEN_PARAMS = ("m", "rows", "tokens", "numel", "nbytes", "numel_in", "numel_ou
 _SAMPLED = ("tail.lm_head", "tail.sample")  # kernels that run on the sampled rows only
 Q_UNIT = 64  # prompt-chunk lengths are bucketed in multiples of this (FlashAttention's query block on sm80+)
 KV_UNIT = 128  # KV lengths in multiples of this (the K/V block of the decode and prefill kernels)
+N_STEP = 16  # sequence counts of deep decode batches are interpolated between multiples of this
 UNIFORM_WAVES = 6.0  # a decode batch this many waves of CTAs deep is costed as a uniform kernel at its mean: its
 # total work sets the time, not its longest sequence (bench_serving_buckets: n = 105 and 140 of Llama-3-8B on H100,
 # 6.4 and 8.5 waves, within 0.3%; the representative varlen kernel was +1.9% there)
@@ -229,7 +230,7 @@ class IterationCost:
     def _attention(self, a: _Attn, batch: IterBatch) -> tuple[float, int]:
         """Bucketed (`_parts`): each bucket's kernels simulated once, weighted."""
         total, launches = 0.0, 0.0
-        for weight, part in _parts(batch, self.kv_block(a)):
+        for weight, part in self._weighted(a, batch):
             key = (a, part)
             if key not in self._attn:
                 self._attn[key] = self._times(self._part_calls(a, part))
@@ -237,6 +238,25 @@ class IterationCost:
             total += weight * t
             launches += weight * nl
         return total, round(launches)
+
+    def _weighted(self, a: _Attn, batch: IterBatch) -> list[tuple[float, tuple[Any, ...]]]:
+        """`_parts(batch)`, a decode batch UNIFORM_WAVES or more waves deep as a uniform kernel at its mean block
+        count, interpolated between sequence counts N_STEP apart (its time is its total work: linear in the
+        sequences between two close counts)."""
+        out: list[tuple[float, tuple[Any, ...]]] = []
+        wps = self._waves_per_seq(a)
+        for weight, part in _parts(batch, self.kv_block(a)):
+            if part[0] != "d" or not wps or part[1] * wps < UNIFORM_WAVES:
+                out.append((weight, part))
+                continue
+            _, n, blocks, _ = part
+            lo, hi = N_STEP * (n // N_STEP), N_STEP * -(-n // N_STEP)
+            if lo == hi or lo * wps < UNIFORM_WAVES:
+                out.append((weight, ("d", n, blocks, blocks)))
+            else:
+                w = (n - lo) / (hi - lo)
+                out += [(weight * (1 - w), ("d", lo, blocks, blocks)), (weight * w, ("d", hi, blocks, blocks))]
+        return out
 
     def _part_calls(self, a: _Attn, part: tuple[Any, ...]) -> list[KernelCall]:
         """The kernels of one attention bucket: ("p", sequences, q, kv) a uniform prefill; ("d", sequences, mean kv,
@@ -246,7 +266,7 @@ class IterationCost:
             return self.attention_calls(a, IterBatch(((q, max(q, kv)),) * n, (), 0), exact=False)
         _, n, blocks, longest = part
         bn, waves_per_seq = self.kv_block(a), self._waves_per_seq(a)
-        if n == 1 or longest == blocks or n * waves_per_seq >= UNIFORM_WAVES:
+        if n == 1 or longest == blocks or n * waves_per_seq >= UNIFORM_WAVES:  # (`_weighted` keys these so)
             return self.attention_calls(a, IterBatch((), (bn * blocks,) * n, 0), exact=True)
         # a varlen kernel over n sequences with the batch's mean and longest K/V blocks stands for it: the longest
         # sets Flash-Decoding's split count and split length and, within one wave of CTAs, the time; the mean the
@@ -319,7 +339,7 @@ class IterationCost:
                 if exact:
                     exact_attn.update((c.key(), c) for c in self.attention_calls(a, b, exact=True))
                 else:
-                    parts.update((a, p) for _, p in _parts(b, self.kv_block(a)))
+                    parts.update((a, p) for _, p in self._weighted(a, b))
         calls: list[KernelCall] = []
         for part, xs in (("dense", dense), ("sampled", rows)):
             if exact:
