@@ -130,3 +130,36 @@ def test_whatif_profile_names_do_not_change_the_times(name: str, tmp_path: Path,
     label = json.dumps(name, ensure_ascii=False)  # a TOML basic string (emoji as themselves, not JSON surrogates)
     odd.write_text(f"name = {label}\ndescription = {label}\n{body}", encoding="utf-8")
     assert time_us(str(plain)) == time_us(str(odd)) > 0
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["routing", "record", "--seq", "1000000000", "-o", "r.json"], ["--seq", "131072"]),
+    (["routing", "record", "--batch", "1000000000", "-o", "r.json"], ["--batch", "4096"]),
+    (["routing", "record", "--batch", "4000", "--seq", "100000", "-o", "r.json"], ["400,000,000 tokens", "1,048,576"]),
+    (["predict", "--decode-samples", "-1"], ["--decode-samples", "between 1"]),
+    (["kernel", "grouped-gemm", "--routing", "balanced", "--tokens", "16", "--experts", "10000000", "--n", "256",
+      "--k", "256"], ["--experts", "4096"]),
+    (["kernel", "grouped-gemm", "--tokens-per-expert", ",".join(["1"] * 5000), "--n", "256", "--k", "256"],
+     ["5,000 experts", "4096"]),
+    (["kernel", "gemm", "--m", "256", "--n", "256", "--k", "256", "--sms", "100000"], ["--sms 100000", "132 SMs"]),
+    (["sweep", "kernel", "gemm", "--m", "64", "--n", "64", "--k", "64", "--epilogue", "bogus", "--vary", "sm_count=66",
+      "--out", "s.parquet"], ["--epilogue", "'bogus'"]),
+    (["sweep", "kernel", "gemm", "--m", "64", "--n", "64", "--k", "64", "--variant", "bogus", "--vary", "sm_count=66",
+      "--out", "s.parquet"], ["--variant", "'bogus'"]),
+    (["sweep", "kernel", "elementwise", "--param", "numel=1024", "--param", "op=bogus", "--vary", "sm_count=66",
+      "--out", "s.parquet"], ["--param op=bogus", "known: add"]),
+])
+def test_sizes_and_names_refused_before_work(argv: list[str], words: list[str], tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    line = one_line(capsys, argv)
+    assert all(w in line for w in words), line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_binary_measurements_name_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "meas.csv"
+    path.write_bytes(b"\x80\x81\xff,garbage\n")
+    line = one_line(capsys, ["calibrate", "--hw", "h100-sxm", "--measurements", str(path)])
+    assert str(path) in line and "not a text file" in line and "codec" not in line, line

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from torchsim.cli import UsageError, add_quant_option, int_in
+from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
 
 
 def register(sub: Any) -> None:
@@ -37,8 +38,9 @@ def register(sub: Any) -> None:
     p.add_argument("--m", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: M")
     p.add_argument("--n", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: N")
     p.add_argument("--k", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: K")
-    p.add_argument("--epilogue", default="none", help="kernel gemm: none, silu, bias, residual")
-    p.add_argument("--variant", default="", help="kernel gemm: pipeline variant (e.g. sm80-multistage)")
+    p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue], help="kernel gemm: epilogue")
+    p.add_argument("--variant", default="", choices=["", *(v.value for v in Pipeline)],
+                   help="kernel gemm: pipeline variant (default: the architecture's usual one)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="kernel: a KernelCall parameter (e.g. --param rows=1 --param hidden=4096)")
     p.add_argument("--dtype", default="bf16", help="kernel: bf16, fp16, fp8")
@@ -117,6 +119,12 @@ def _kernel_call(args: argparse.Namespace) -> Any:
     for item in args.param:
         key, value = _param(item)
         params[key] = value
+    if kind is KernelKind.ELEMENTWISE and "op" in params:  # as `kernel elementwise --op`: a typo is not priced as add
+        from torchsim.lowering.templates.elementwise import OP_COST, known_op
+
+        if not known_op(str(params["op"])):
+            raise UsageError(f"--param op={params['op']}: not an elementwise op torchsim prices; known: "
+                             f"{', '.join(sorted(OP_COST))} (and copies: copy, cat, clone, ...)")
     if not params:
         raise UsageError(f"sweep kernel {kind.value} needs its parameters (--param KEY=VALUE)")
     dtype = DType.parse(args.dtype)
