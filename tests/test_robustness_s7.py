@@ -163,3 +163,32 @@ def test_binary_measurements_name_the_file(tmp_path: Path, capsys: pytest.Captur
     path.write_bytes(b"\x80\x81\xff,garbage\n")
     line = one_line(capsys, ["calibrate", "--hw", "h100-sxm", "--measurements", str(path)])
     assert str(path) in line and "not a text file" in line and "codec" not in line, line
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"rope_scaling": "yarn"}, ["'rope_scaling' must be an object", '"yarn"']),
+    ({"rope_scaling": {"rope_type": "linear", "factor": -2}}, ["'rope_scaling'", "'factor'", "got -2"]),
+    ({"rope_scaling": {"rope_type": "linear", "factor": float("nan")}}, ["'factor'", "got nan"]),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, float("inf")]}}, ["NaN or infinite"]),
+    ({"torch_dtype": 5}, ["'torch_dtype' must be a dtype name", "got 5"]),
+])
+def test_damaged_ignored_fields_are_refused(fields: dict[str, object], words: list[str], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """rope_scaling and torch_dtype do not change the cost, but a damaged value is a damaged file, not a model."""
+    base = json.loads((Path(__file__).parent / "data/model_configs/mistral-7b-v0.1.json").read_text())
+    base.pop("sliding_window")
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({**base, **fields}))
+    line = one_line(capsys, ["predict", str(path)])
+    assert str(path) in line and all(w in line for w in words), line
+
+
+def test_published_rope_scalings_still_load() -> None:
+    from torchsim.models.config_fields import check_ignored
+
+    for scaling in ({"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},  # Llama-3.1
+                    {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096},  # DeepSeek-V3
+                    {"type": "longrope", "short_factor": [1.0, 1.05], "long_factor": [1.2, 3.4]}, None):
+        check_ignored({"rope_scaling": scaling, "torch_dtype": "bfloat16"}, "m")
