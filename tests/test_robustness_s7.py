@@ -192,3 +192,9 @@ def test_published_rope_scalings_still_load() -> None:
                      "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096},  # DeepSeek-V3
                     {"type": "longrope", "short_factor": [1.0, 1.05], "long_factor": [1.2, 3.4]}, None):
         check_ignored({"rope_scaling": scaling, "torch_dtype": "bfloat16"}, "m")
+
+
+@pytest.mark.parametrize("size", ["1e30", "8B..1e30", "2TiB"])
+def test_collective_sizes_beyond_any_device_are_refused(size: str, capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_line(capsys, ["collective", "all-reduce", "--system", "dgx-h100", "--bytes", size])
+    assert "limit of 1 TiB per rank" in line, line
