@@ -198,3 +198,11 @@ def test_published_rope_scalings_still_load() -> None:
 def test_collective_sizes_beyond_any_device_are_refused(size: str, capsys: pytest.CaptureFixture[str]) -> None:
     line = one_line(capsys, ["collective", "all-reduce", "--system", "dgx-h100", "--bytes", size])
     assert "limit of 1 TiB per rank" in line, line
+
+
+def test_small_k_batched_gemm_counts_its_tiles(capsys: pytest.CaptureFixture[str]) -> None:
+    """3x10^6 128^3 GEMMs are ~5.4e7 node events (18 per tile, measured 1.8e6 for 10^5): over the default
+    limit, refused before building (the K-step term alone estimated 1.8e7 and let it run: ~7 minutes here at the
+    measured 10^5 rate)."""
+    line = one_line(capsys, ["kernel", "gemm", "--m", "128", "--n", "128", "--k", "128", "--batch", "3000000"])
+    assert "54,000,000 node executions" in line and "--max-events" in line, line
