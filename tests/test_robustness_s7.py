@@ -206,3 +206,12 @@ def test_small_k_batched_gemm_counts_its_tiles(capsys: pytest.CaptureFixture[str
     measured 10^5 rate)."""
     line = one_line(capsys, ["kernel", "gemm", "--m", "128", "--n", "128", "--k", "128", "--batch", "3000000"])
     assert "54,000,000 node executions" in line and "--max-events" in line, line
+
+
+def test_sweep_of_a_huge_gemm_is_refused_before_building(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each dimension is within the 2^24 limit, but 1.7e10 output tiles hung the size estimate's graph build."""
+    dim = str(1 << 24)
+    line = one_line(capsys, ["sweep", "kernel", "gemm", "--m", dim, "--n", dim, "--k", dim, "--vary", "sm_count=66",
+                             "--out", str(tmp_path / "s.parquet")])
+    assert "17,179,869,184 128x128 output tiles" in line and "2,097,152" in line, line
+    assert list(tmp_path.iterdir()) == []

@@ -61,6 +61,9 @@ def register(sub: Any) -> None:
 # the same bounds as `torchsim predict` / `torchsim kernel` (cli.kernel.MAX_DIM: a dimension above it is a typo, and
 # building its tile graph would exhaust memory or run for hours before the sweep's estimate could refuse it)
 MAX_DIM = 1 << 24
+# output tiles of a swept GEMM: building a graph runs at roughly 3 s per 10^5 tiles here (batch 10^5 of 128^3), so
+# 2^21 tiles is about a minute before the sweep's own estimate can say how long the points take
+MAX_GEMM_TILES = 1 << 21
 # KernelCall parameters that count things (torchsim.lowering.kernel_call.KernelKind lists each kind's): whole
 # numbers in [1, MAX_DIM] (`--param rows=1.5` or `rows=-1` would otherwise be simulated as given)
 COUNT_PARAMS = frozenset({"m", "n", "k", "batch", "rows", "hidden", "cols", "tokens", "heads_q", "heads_kv", "seq_q",
@@ -111,6 +114,11 @@ def _kernel_call(args: argparse.Namespace) -> Any:
             if v is None or v <= 0:
                 raise UsageError(f"sweep kernel gemm needs --{dim} > 0, got {v}")
             params[dim] = v
+        tiles = -(-args.m // 128) * -(-args.n // 128) * args.batch
+        if tiles > MAX_GEMM_TILES:  # the size estimate builds each kernel's tile graph: refuse before that
+            raise UsageError(f"a {args.batch}x{args.m}x{args.n}x{args.k} GEMM has {tiles:,} 128x128 output tiles, "
+                             f"above the {MAX_GEMM_TILES:,} a sweep builds (building its tile graph alone would take "
+                             f"minutes per point); sweep a smaller GEMM")
         params["epilogue"] = args.epilogue
         if args.batch != 1:
             params["batch"] = args.batch
