@@ -215,3 +215,9 @@ def test_sweep_of_a_huge_gemm_is_refused_before_building(tmp_path: Path, capsys:
                              "--out", str(tmp_path / "s.parquet")])
     assert "17,179,869,184 128x128 output tiles" in line and "2,097,152" in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_of_an_absurd_token_count_is_refused_before_planning_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """--batch 65536 --prompt 8000 (524M tokens) hung listing the work of its 197M-tile QKV GEMM for the estimate."""
+    line = one_line(capsys, ["predict", "--batch", "65536", "--prompt", "8000", "--decode", "1", "--no-progress"])
+    assert "196,608,000 128x128 output tiles" in line and "16,777,216" in line and "--batch" in line, line
