@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 COMMANDS = ("hw", "kernel", "routing", "predict", "serve", "compare", "sweep", "calibrate", "microbench", "collective")
 
@@ -30,6 +30,8 @@ class Terminated(BaseException):
 
 
 REPORT_URL = "the torchsim issue tracker"
+# the commands with subcommands, and the attribute their subparsers store the subcommand's name in
+_NESTED = {"kernel": "kernel", "routing": "routing_command", "hw": "hw_command"}
 
 
 def int_in(low: int, high: int | None = None, what: str = "") -> Any:
@@ -50,8 +52,18 @@ def int_in(low: int, high: int | None = None, what: str = "") -> Any:
     return parse
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with a one-line usage error: `torchsim predict: error: argument --decode: ...` and a
+    pointer to --help, instead of the whole usage block (19 lines for predict) above the line that matters.
+    A parser given its own short `usage` (one line) keeps printing it above the error."""
+
+    def error(self, message: str) -> NoReturn:
+        head = f"{self.format_usage().strip()}\n" if self.usage else ""
+        self.exit(2, f"{head}{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchsim", description="Predict PyTorch model and kernel performance "
+    parser = Parser(prog="torchsim", description="Predict PyTorch model and kernel performance "
                                      "on GPUs and Tensix accelerators without the hardware.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -97,7 +109,12 @@ def run() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named with the command they were given to (the root parser would say `torchsim: error`)
+            nested = getattr(args, _NESTED.get(args.command, ""), None)
+            command = " ".join(["torchsim", args.command, *([nested] if isinstance(nested, str) else [])])
+            parser.exit(2, f"{command}: error: unrecognized arguments: {' '.join(extra)} (`{command} --help` lists "
+                        "the options)\n")
     except SystemExit as exc:  # --help (0) or a usage error argparse has printed (2): a status, not an exit
         return exc.code if isinstance(exc.code, int) else 2
     import warnings

@@ -55,6 +55,8 @@ def simulate_for(kernel: Any, args: argparse.Namespace) -> KernelResult:
     hw = get_profile(args.hw)
     if args.sms is not None:
         positive("sms", args.sms)
+        if hasattr(hw, "sms") and args.sms > hw.sms:  # the engine would quietly run on all of them
+            raise UsageError(f"--sms {args.sms}: {hw.name} has {hw.sms} SMs (sm_count); give 1..{hw.sms}")
     kw: dict[str, Any] = {"policy": args.policy, "record": wants_records(args), "max_sms": args.sms}
     clock = str(getattr(args, "clock", "sustained"))
     if clock == "profile":

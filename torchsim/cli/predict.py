@@ -58,7 +58,8 @@ def register(sub: Any) -> None:
     p.add_argument("--approximate", action="store_true",
                    help="accept config.json fields torchsim cannot model (a sliding window, biases, another "
                    "activation, ...): each approximation is listed with the assumptions and in --json")
-    p.add_argument("--decode-samples", type=int, default=3, help="decode steps simulated (others interpolated)")
+    p.add_argument("--decode-samples", type=int_in(1, 1 << 20), default=3,
+                   help="decode steps simulated (others interpolated)")
     p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
     p.add_argument("--policy", default="gto", help="warp issue policy: gto, rr, lrr, two-level, ccws")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel and plan caches")

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from torchsim.cli import UsageError
+from torchsim.cli import UsageError, int_in
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,18 +22,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="torchsim MoE config run on CPU with random-init weights (default: mixtral-tiny)")
     src.add_argument("--checkpoint", type=Path, help="local HF MoE checkpoint directory (from_pretrained, no download)")
     rec.add_argument("--text", type=Path, help="text file to tokenize with the checkpoint's tokenizer")
-    rec.add_argument("--batch", type=int, default=4, help="sequences of random token ids (default 4)")
-    rec.add_argument("--seq", type=int, default=64, help="tokens per sequence (default 64)")
+    # bounds: the routers run on CPU over batch x seq tokens (and the model's activations for them), so a typo
+    # (--seq 1000000000) is a clear error rather than a 32 GB allocation
+    rec.add_argument("--batch", type=int_in(1, 4096), default=4, help="sequences of random token ids (default 4)")
+    rec.add_argument("--seq", type=int_in(1, 1 << 17), default=64, help="tokens per sequence (default 64)")
     rec.add_argument("--seed", type=int, default=0, help="seed for weights and token ids (default 0)")
     rec.add_argument("-o", "--output", type=Path, required=True, help="routing file to write (.json or .parquet)")
     rec.set_defaults(func=_record)
     show = sub.add_parser("show", help="print a routing file or a synthetic pattern")
     show.add_argument("source", help="a .json/.parquet routing file, or balanced|skewed|zipf[:s]|dirichlet[:alpha]")
     show.add_argument("--model", default="mixtral-8x7b", help="model whose layers/experts a pattern is sized for")
-    show.add_argument("--tokens", type=int, default=0, help="tokens to route (default: the file's own count; 2048 "
-                      "for patterns)")
+    show.add_argument("--tokens", type=int_in(0, 1 << 40), default=0,
+                      help="tokens to route (default: the file's own count; 2048 for patterns)")
     show.add_argument("--seed", type=int, default=0, help="seed of the random patterns (default 0)")
     show.set_defaults(func=_show)
+
+
+MAX_TOKENS = 1 << 20  # tokens one `routing record` routes: activations for them are held on CPU at once
 
 
 def _token_ids(args: argparse.Namespace, vocab_size: int) -> Any:
@@ -41,6 +46,9 @@ def _token_ids(args: argparse.Namespace, vocab_size: int) -> Any:
 
     if args.batch <= 0 or args.seq <= 0:
         raise UsageError(f"--batch and --seq must be > 0, got {args.batch} and {args.seq}")
+    if args.batch * args.seq > MAX_TOKENS:
+        raise UsageError(f"--batch {args.batch} x --seq {args.seq} = {args.batch * args.seq:,} tokens is above the "
+                         f"{MAX_TOKENS:,} a recording runs at once on CPU; record fewer tokens")
     return torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
 
 

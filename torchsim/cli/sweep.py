@@ -11,10 +11,12 @@ the rows (torchsim.sweeps.outputs).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, add_quant_option
+from torchsim.cli import UsageError, add_quant_option, int_in
+from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
 
 
 def register(sub: Any) -> None:
@@ -27,15 +29,18 @@ def register(sub: Any) -> None:
     p.add_argument("--vary", action="append", default=[], metavar="FIELD=A:B:N|V1,V2",
                    help="a profile field and its values: N points from A to B, or a list (repeatable)")
     p.add_argument("--phase", default="decode", choices=("decode", "prefill"), help="model step (default decode)")
-    p.add_argument("--kv", type=int, default=4096, help="decode: KV length before the step (default 4096)")
-    p.add_argument("--prompt", type=int, default=2048, help="prefill: prompt tokens (default 2048)")
-    p.add_argument("--batch", type=int, default=1, help="sequences (model) or GEMM batch (kernel); default 1")
+    p.add_argument("--kv", type=int_in(1, 1 << 24), default=4096,
+                   help="decode: KV length before the step (default 4096)")
+    p.add_argument("--prompt", type=int_in(1, 1 << 20), default=2048, help="prefill: prompt tokens (default 2048)")
+    p.add_argument("--batch", type=int_in(1, 1 << 16), default=1,
+                   help="sequences (model) or GEMM batch (kernel); default 1")
     p.add_argument("--preset", default="serving", choices=("serving", "eager"), help="fusion preset")
-    p.add_argument("--m", type=int, default=None, help="kernel gemm: M")
-    p.add_argument("--n", type=int, default=None, help="kernel gemm: N")
-    p.add_argument("--k", type=int, default=None, help="kernel gemm: K")
-    p.add_argument("--epilogue", default="none", help="kernel gemm: none, silu, bias, residual")
-    p.add_argument("--variant", default="", help="kernel gemm: pipeline variant (e.g. sm80-multistage)")
+    p.add_argument("--m", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: M")
+    p.add_argument("--n", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: N")
+    p.add_argument("--k", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: K")
+    p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue], help="kernel gemm: epilogue")
+    p.add_argument("--variant", default="", choices=["", *(v.value for v in Pipeline)],
+                   help="kernel gemm: pipeline variant (default: the architecture's usual one)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="kernel: a KernelCall parameter (e.g. --param rows=1 --param hidden=4096)")
     p.add_argument("--dtype", default="bf16", help="kernel: bf16, fp16, fp8")
@@ -45,12 +50,25 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", default=None, help="also write a PNG of the total against the knobs")
     p.add_argument("--force-format", action="store_true", help="write even when a path's extension names another "
                    "format")
-    p.add_argument("--jobs", type=int, default=0, help="worker processes (default: all cores)")
+    p.add_argument("--jobs", type=int_in(0, 256), default=0, help="worker processes (default: all cores)")
     p.add_argument("--executor", default="local", choices=("local", "ray"), help="local process pool, or Ray tasks")
     p.add_argument("--ray-address", default=None, help="Ray cluster HOST:PORT (default: start a local Ray)")
     p.add_argument("--yes", action="store_true", help="run even when the estimate exceeds an hour")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+
+
+# the same bounds as `torchsim predict` / `torchsim kernel` (cli.kernel.MAX_DIM: a dimension above it is a typo, and
+# building its tile graph would exhaust memory or run for hours before the sweep's estimate could refuse it)
+MAX_DIM = 1 << 24
+# output tiles of a swept GEMM: building a graph runs at roughly 3 s per 10^5 tiles here (batch 10^5 of 128^3), so
+# 2^21 tiles is about a minute before the sweep's own estimate can say how long the points take
+MAX_GEMM_TILES = 1 << 21
+# KernelCall parameters that count things (torchsim.lowering.kernel_call.KernelKind lists each kind's): whole
+# numbers in [1, MAX_DIM] (`--param rows=1.5` or `rows=-1` would otherwise be simulated as given)
+COUNT_PARAMS = frozenset({"m", "n", "k", "batch", "rows", "hidden", "cols", "tokens", "heads_q", "heads_kv", "seq_q",
+                          "seq_kv", "head_dim", "head_dim_v", "numel", "numel_in", "numel_out", "vocab", "experts",
+                          "top_k", "page_size", "num_splits"})
 
 
 def _value(text: str) -> Any:
@@ -60,6 +78,22 @@ def _value(text: str) -> Any:
         except ValueError:
             pass
     return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _param(item: str) -> tuple[str, Any]:
+    """`--param KEY=VALUE` -> (key, value), the value range-checked when the key counts things."""
+    key, sep, val = item.partition("=")
+    key, value = key.strip(), _value(val.strip())
+    if not sep or not key:
+        raise UsageError(f"--param {item!r}: expected KEY=VALUE")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"--param {item!r}: {val.strip()!r} is not a finite number")
+    if key in COUNT_PARAMS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"--param {item!r}: {key} counts things, a whole number >= 1, got {val.strip()!r}")
+        if value > MAX_DIM:
+            raise UsageError(f"--param {item!r}: {value} is above torchsim's limit of {MAX_DIM} for one dimension")
+    return key, value
 
 
 def _kernel_call(args: argparse.Namespace) -> Any:
@@ -80,16 +114,25 @@ def _kernel_call(args: argparse.Namespace) -> Any:
             if v is None or v <= 0:
                 raise UsageError(f"sweep kernel gemm needs --{dim} > 0, got {v}")
             params[dim] = v
+        tiles = -(-args.m // 128) * -(-args.n // 128) * args.batch
+        if tiles > MAX_GEMM_TILES:  # the size estimate builds each kernel's tile graph: refuse before that
+            raise UsageError(f"a {args.batch}x{args.m}x{args.n}x{args.k} GEMM has {tiles:,} 128x128 output tiles, "
+                             f"above the {MAX_GEMM_TILES:,} a sweep builds (building its tile graph alone would take "
+                             f"minutes per point); sweep a smaller GEMM")
         params["epilogue"] = args.epilogue
         if args.batch != 1:
             params["batch"] = args.batch
         if args.variant:
             params["variant"] = args.variant
     for item in args.param:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--param {item!r}: expected KEY=VALUE")
-        params[key.strip()] = _value(val.strip())
+        key, value = _param(item)
+        params[key] = value
+    if kind is KernelKind.ELEMENTWISE and "op" in params:  # as `kernel elementwise --op`: a typo is not priced as add
+        from torchsim.lowering.templates.elementwise import OP_COST, known_op
+
+        if not known_op(str(params["op"])):
+            raise UsageError(f"--param op={params['op']}: not an elementwise op torchsim prices; known: "
+                             f"{', '.join(sorted(OP_COST))} (and copies: copy, cat, clone, ...)")
     if not params:
         raise UsageError(f"sweep kernel {kind.value} needs its parameters (--param KEY=VALUE)")
     dtype = DType.parse(args.dtype)

@@ -15,6 +15,7 @@ assumptions. Nothing is dropped without a word.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -122,9 +123,50 @@ def conditional_note(key: str, data: dict[str, Any]) -> str | None:
     return None if why is None else why if why.startswith(key) else f"{key} {why}"
 
 
+def _finite_numbers(value: Any) -> bool:
+    """Every number in `value` (nested lists/objects, as phi-3's longrope factor lists) is finite; no booleans."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (int, float)):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite_numbers(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite_numbers(v) for v in value)
+    return True
+
+
+def check_ignored(data: dict[str, Any], name: str) -> None:
+    """The IGNORED fields whose form is known are still checked: they do not change the prediction, but a config
+    with `rope_scaling = "yarn"`, a NaN or negative scaling factor or `torch_dtype = 5` is a damaged file, and is
+    refused naming the field rather than predicted as if it were sound."""
+    for key in ("rope_scaling", "rope_parameters"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"model config {name!r}: field {key!r} must be an object (e.g. {{\"rope_type\": "
+                             f"\"linear\", \"factor\": 2.0}}) or null, got {json.dumps(value)[:60]}")
+        factor = value.get("factor")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not math.isfinite(factor) or factor <= 0):
+            raise ValueError(f"model config {name!r}: field {key!r}: 'factor' must be a finite number > 0, got "
+                             f"{factor!r}")
+        if not _finite_numbers(value):
+            raise ValueError(f"model config {name!r}: field {key!r} holds a NaN or infinite number: "
+                             f"{json.dumps(value)[:80]}")
+    for key in ("torch_dtype", "dtype"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"model config {name!r}: field {key!r} must be a dtype name such as \"bfloat16\" or "
+                             f"null, got {value!r}")
+
+
 def screen_fields(data: dict[str, Any], modelled: set[str], name: str, *, approximate: bool) -> tuple[str, ...]:
     """The approximations a config's fields need, each as one line; a ValueError naming them all unless
-    `approximate`. `modelled`: the field names the family's config class reads."""
+    `approximate`. `modelled`: the field names the family's config class reads. The ignored fields with a known
+    form are checked first (`check_ignored`)."""
+    check_ignored(data, name)
     notes: list[str] = []
     for key in sorted(data):
         if key in modelled or key in IGNORED:

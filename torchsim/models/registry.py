@@ -104,9 +104,15 @@ def load_config_file(path: str | Path, *, approximate: bool = False) -> Any:
     if not p.is_file():
         raise FileNotFoundError(f"model config file {str(p)!r} does not exist")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:  # a binary file (a pickle, a safetensors shard) given as the config
+        raise ValueError(f"model config file {str(p)!r} is not a text file (byte {exc.start} is not UTF-8); an HF "
+                         "config is JSON") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"model config file {str(p)!r} is not valid JSON: {exc}") from None
+    except RecursionError:  # [[[[...]]]] thousands deep: json's recursive decoder gives up
+        raise ValueError(f"model config file {str(p)!r}: JSON nested too deeply to be a model config (an HF "
+                         "config is an object of fields)") from None
     if not isinstance(data, dict):
         raise ValueError(f"model config file {str(p)!r} must hold a JSON object")
     _load_plugins()

@@ -6,6 +6,7 @@ Every field is checked on load and errors name the file and the field.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -136,17 +137,26 @@ def _parquet_to_dict(path: Path) -> dict[str, Any]:
     if not layers:
         raise ValueError(f"{path}: the routing table has no rows; it needs one (layer, expert, tokens) row per expert "
                          f"of every MoE layer")
-    num_layers, num_experts = max(layers) + 1, max(experts) + 1
-    grid: list[list[int | None]] = [[None] * num_experts for _ in range(num_layers)]
+    for col, values in (("layer", layers), ("expert", experts), ("tokens", tokens)):
+        bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None)
+        if bad is not None:
+            raise ValueError(f"{path}: column {col!r} holds {bad!r}; layer, expert and tokens are whole numbers")
+    seen: dict[tuple[int, int], int] = {}
     for layer, expert, count in zip(layers, experts, tokens, strict=True):
         if layer < 0 or expert < 0:
             raise ValueError(f"{path}: negative layer or expert index ({layer}, {expert})")
-        if grid[layer][expert] is not None:
+        if (layer, expert) in seen:
             raise ValueError(f"{path}: layer {layer} expert {expert} appears twice")
-        grid[layer][expert] = count
-    holes = [(i, e) for i, row in enumerate(grid) for e, c in enumerate(row) if c is None]
-    if holes:
-        raise ValueError(f"{path}: no row for (layer, expert) {holes[:5]}{' ...' if len(holes) > 5 else ''}; "
-                         f"every layer needs a count for every expert (0 is allowed)")
+        seen[layer, expert] = count
+    num_layers, num_experts = max(layers) + 1, max(experts) + 1
+    if num_layers * num_experts != len(seen):  # found without building the grid: a typo'd index (layer 10**12)
+        # is a table with holes, not a trillion-cell allocation
+        cells = ((i, e) for i in range(num_layers) for e in range(num_experts) if (i, e) not in seen)
+        holes = list(itertools.islice(cells, 6))
+        raise ValueError(f"{path}: no row for (layer, expert) {holes[:5]}{' ...' if len(holes) > 5 else ''} "
+                         f"({num_layers * num_experts - len(seen):,} missing for the largest indices, layer "
+                         f"{num_layers - 1} and expert {num_experts - 1}); every layer needs a count for every expert "
+                         f"(0 is allowed)")
+    grid = [[seen[i, e] for e in range(num_experts)] for i in range(num_layers)]
     obj["tokens_per_expert"] = grid
     return obj

@@ -215,6 +215,10 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k
           "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
+# a message per rank above this cannot exist on one device (the largest profiles hold under 200 GB of HBM): a typo
+MAX_BYTES = 2**40
+
+
 def parse_bytes(text: str) -> int:
     """'1MiB' -> 1048576, '8B' -> 8, '4M' -> 4 MiB (nccl-tests' K/M/G are binary); positive whole bytes only."""
     s = str(text).strip()
@@ -235,6 +239,9 @@ def parse_bytes(text: str) -> int:
         raise CollectiveError(f"message size {text!r} must be positive")
     if value != int(value):
         raise CollectiveError(f"message size {text!r} is not a whole number of bytes")
+    if value > MAX_BYTES:
+        raise CollectiveError(f"message size {text!r} is {value:.3g} B, above torchsim's limit of 1 TiB per rank "
+                              f"(more than any accelerator's memory; a typo?)")
     return int(value)
 
 

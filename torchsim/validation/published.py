@@ -7,6 +7,7 @@ an H100 SXM for single-GPU kernels; an A100 PCIe 40GB has its own profile, a100-
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections import defaultdict
@@ -99,7 +100,12 @@ def read_rows(path: Path | None = None, *, strict: bool = False) -> list[Row]:
     if not Path(p).is_file():
         raise FileNotFoundError(f"measurement file {str(p)!r} does not exist")
     out = []
-    with Path(p).open(newline="") as f:
+    try:
+        text = Path(p).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:  # a binary file given as the measurements: name it, not the codec
+        raise ValueError(f"{p}: not a text file (byte {exc.start} is not UTF-8); measurements are a CSV in the "
+                         f"published_dev.csv schema") from None
+    with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
         header = list(reader.fieldnames or [])
         missing = [c for c in COLUMNS if c not in header]

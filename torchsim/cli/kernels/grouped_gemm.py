@@ -9,13 +9,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torchsim.cli import UsageError, add_quant_option
+from torchsim.cli import UsageError, add_quant_option, int_in
 from torchsim.cli.kernel import add_common, emit_outputs, positive, report, simulate_for
 from torchsim.cli.kernels.gemm import quant_of
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
 from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_gemm, load_balance
+
+# experts of one grouped GEMM: published MoE layers have up to a few hundred (DeepSeek-V3 256); each expert is a
+# GEMM problem of the launch, so a typo (--experts 10000000) would build for minutes before the size check
+MAX_EXPERTS = 1 << 12
 
 
 def register(sub: Any) -> None:
@@ -25,7 +29,8 @@ def register(sub: Any) -> None:
     src.add_argument("--routing", default=None, help="synthetic routing: balanced, skewed[:hot share], zipf[:s], "
                      "dirichlet[:alpha] (needs --tokens, --experts, --top-k)")
     p.add_argument("--tokens", type=int, default=None, help="tokens routed (checked: counts sum to tokens x top-k)")
-    p.add_argument("--experts", type=int, default=8, help="experts of a --routing pattern (default 8)")
+    p.add_argument("--experts", type=int_in(1, MAX_EXPERTS), default=8,
+                   help="experts of a --routing pattern (default 8)")
     p.add_argument("--top-k", type=int, default=None, help="experts per token (default 2 with --routing)")
     p.add_argument("--n", type=int, required=True, help="output columns of each expert's GEMM")
     p.add_argument("--k", type=int, required=True, help="reduction dimension (hidden size for the up projection)")
@@ -46,6 +51,9 @@ def parse_counts(text: str) -> tuple[int, ...]:
         raise UsageError(f"--tokens-per-expert must be comma-separated integers like 96,40,45, got {text!r}") from None
     if not counts:
         raise UsageError("--tokens-per-expert is empty; give one token count per expert, e.g. 96,40,45")
+    if len(counts) > MAX_EXPERTS:
+        raise UsageError(f"--tokens-per-expert lists {len(counts):,} experts, above torchsim's limit of {MAX_EXPERTS} "
+                         f"for one grouped GEMM")
     return counts
 
 
