@@ -37,6 +37,18 @@ def test_gemm_extrapolated_in_k_matches_the_full_simulation(hw_name: str, shape:
     assert ex.dram_bytes == pytest.approx(full.dram_bytes, rel=0.1)
 
 
+def test_a_cost_alternating_from_wave_to_wave_is_sampled_at_twice_the_spacing() -> None:
+    """A persistent FP8 GEMM whose waves alternate in cost: waves 2, 3, 4 disagree, waves 2, 4, 6 agree (it was
+    simulated in full when the slides came first and used up the samples' budget)."""
+    assert repeats._windows(repeats.Dim("waves", 28, 2, 1))[:2] == [(2, 1, False), (2, 2, False)]
+    hw = get_profile("h100-sxm")
+    call = KernelCall.make(KernelKind.GEMM, DType.FP8_E4M3, m=4096, n=28672, k=4096)
+    fam = repeats.gemm_call_family(call, hw)
+    assert fam is not None and [d.name for d in fam.dims] == ["waves"]
+    ex = repeats.simulate_kernel(fam, hw, exact_events=1_000, run=_boost, sustained=_plain)
+    assert ex.attrs["method"] == "extrapolated-waves" and "from 2,4,6" in ex.attrs["extrapolation"]
+
+
 def test_attention_extrapolated_in_kv_matches_the_full_simulation() -> None:
     hw = get_profile("h100-sxm")
     kg = attention(AttnShape(1, 2, 2, 512, 16384, 128, False, DType.BF16), hw)
