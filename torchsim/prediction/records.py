@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -56,8 +56,15 @@ class KernelRecord:
     weight: float  # decode steps this row stands for (interpolation weight); 1 in prefill
 
     def row(self) -> dict[str, Any]:
-        """Flat dict for tables, JSON and Parquet (dicts kept as dicts)."""
-        return asdict(self)
+        """Flat dict for tables, JSON and Parquet (dicts kept as dicts, copied). What dataclasses.asdict gives, without
+        its recursive deep copy of every tuple and value (0.6 s of a 1.2 s warm `predict --json` for 1392 rows)."""
+        out = {f: getattr(self, f) for f in _RECORD_FIELDS}
+        for f in ("config", "unit_util", "stalls"):
+            out[f] = dict(out[f])
+        return out
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(KernelRecord))
 
 
 def _pattern(name: str) -> str:
