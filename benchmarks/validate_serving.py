@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,43 +78,58 @@ def offline(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def rates(args: argparse.Namespace) -> list[dict[str, Any]]:
+# a sweep's columns: (heading, width, how a summary gives the cell)
+Column = tuple[str, int, Callable[[dict[str, Any]], str]]
+
+
+def _stat(metric: str, p: str, digits: int) -> Callable[[dict[str, Any]], str]:
+    return lambda d: f"{d[metric][p]:.{digits}f}"
+
+
+COMMON: list[Column] = [("req/s", 6, lambda d: f"{d['requests_per_s']:.2f}"),
+                        ("out tok/s", 9, lambda d: f"{d['output_tokens_per_s']:.0f}"),
+                        ("TTFT p50", 9, _stat("ttft_ms", "p50", 1)), ("TTFT p99", 9, _stat("ttft_ms", "p99", 1))]
+
+
+def _sweep(title: str, key: str, values: list[Any], columns: list[Column],
+           run: Callable[[Any], Any]) -> list[dict[str, Any]]:
+    """One `serve` per value (`run(value)`), a table row each: the value, `columns`, the wall time."""
+    print(f"\n{title}", flush=True)
+    heads = [(key, 7)] + [(h, w) for h, w, _ in columns] + [("wall s", 6)]
+    print("  " + " ".join(f"{h:>{w}s}" for h, w in heads), flush=True)
     out = []
-    print(f"\nrate sweep: {args.sweep_model} bf16 on h100-sxm, vllm preset, input {args.input_len}, output "
-          f"{args.output_len} tokens, {args.num_requests} requests per rate", flush=True)
-    print(f"  {'rate':>5s} {'req/s':>6s} {'out tok/s':>9s} {'TTFT p50':>9s} {'TTFT p99':>9s} {'TPOT p50':>9s} "
-          f"{'TPOT p99':>9s} {'queue p50':>9s} {'batch':>5s} {'KV peak':>7s} {'wall s':>6s}", flush=True)
-    for rate in (float(x) for x in args.rate_list.split(",")):
+    for v in values:
         t = time.perf_counter()
-        res = serve(args.sweep_model, "h100-sxm", rate=rate, num_requests=args.num_requests,
-                    input_len=args.input_len, output_len=args.output_len, seed=0, workers=args.workers)
-        d = res.summary_dict()
-        d["rate"] = rate
+        d = run(v).summary_dict()
+        d[key] = v
         out.append(d)
-        print(f"  {rate:5g} {d['requests_per_s']:6.2f} {d['output_tokens_per_s']:9.0f} {d['ttft_ms']['p50']:9.1f} "
-              f"{d['ttft_ms']['p99']:9.1f} {d['tpot_ms']['p50']:9.2f} {d['tpot_ms']['p99']:9.2f} "
-              f"{d['queue_ms']['p50']:9.1f} {d['mean_running']:5.0f} {d['kv_cache']['utilization_max']:7.0%} "
-              f"{time.perf_counter() - t:6.0f}", flush=True)
+        cells = [f"{v:g}"] + [cell(d) for _, _, cell in columns] + [f"{time.perf_counter() - t:.0f}"]
+        print("  " + " ".join(f"{c:>{w}s}" for c, (_, w) in zip(cells, heads)), flush=True)
     return out
+
+
+def rates(args: argparse.Namespace) -> list[dict[str, Any]]:
+    columns = COMMON + [("TPOT p50", 9, _stat("tpot_ms", "p50", 2)), ("TPOT p99", 9, _stat("tpot_ms", "p99", 2)),
+                        ("queue p50", 9, _stat("queue_ms", "p50", 1)),
+                        ("batch", 5, lambda d: f"{d['mean_running']:.0f}"),
+                        ("KV peak", 7, lambda d: f"{d['kv_cache']['utilization_max']:.0%}")]
+    return _sweep(f"rate sweep: {args.sweep_model} bf16 on h100-sxm, vllm preset, input {args.input_len}, output "
+                  f"{args.output_len} tokens, {args.num_requests} requests per rate", "rate",
+                  [float(x) for x in args.rate_list.split(",")], columns,
+                  lambda rate: serve(args.sweep_model, "h100-sxm", rate=rate, num_requests=args.num_requests,
+                                     input_len=args.input_len, output_len=args.output_len, seed=0,
+                                     workers=args.workers))
 
 
 def concurrency(args: argparse.Namespace) -> list[dict[str, Any]]:
-    out = []
-    print(f"\nclosed-loop concurrency: llama3-70b fp8 (FP8 KV) on 2 x h100-sxm (TP 2), vllm preset, input "
-          f"{args.input_len}, output {args.output_len} tokens", flush=True)
-    print(f"  {'clients':>7s} {'req/s':>6s} {'out tok/s':>9s} {'TTFT p50':>9s} {'TTFT p99':>9s} {'ITL p50':>8s} "
-          f"{'ITL p99':>8s} {'TPOT p50':>8s} {'wall s':>6s}", flush=True)
-    for c in (int(x) for x in args.clients.split(",")):
-        t = time.perf_counter()
-        res = serve("llama3-70b", "h100-sxm", concurrency=c, num_requests=max(4 * c, 16), input_len=args.input_len,
-                    output_len=args.output_len, dtype="fp8", kv_cache="fp8", tp=2, workers=args.workers)
-        d = res.summary_dict()
-        d["clients"] = c
-        out.append(d)
-        print(f"  {c:7d} {d['requests_per_s']:6.2f} {d['output_tokens_per_s']:9.0f} {d['ttft_ms']['p50']:9.1f} "
-              f"{d['ttft_ms']['p99']:9.1f} {d['itl_ms']['p50']:8.2f} {d['itl_ms']['p99']:8.2f} "
-              f"{d['tpot_ms']['p50']:8.2f} {time.perf_counter() - t:6.0f}", flush=True)
-    return out
+    columns = COMMON + [("ITL p50", 8, _stat("itl_ms", "p50", 2)), ("ITL p99", 8, _stat("itl_ms", "p99", 2)),
+                        ("TPOT p50", 8, _stat("tpot_ms", "p50", 2))]
+    return _sweep(f"closed-loop concurrency: llama3-70b fp8 (FP8 KV) on 2 x h100-sxm (TP 2), vllm preset, input "
+                  f"{args.input_len}, output {args.output_len} tokens", "clients",
+                  [int(x) for x in args.clients.split(",")], columns,
+                  lambda c: serve("llama3-70b", "h100-sxm", concurrency=c, num_requests=max(4 * c, 16),
+                                  input_len=args.input_len, output_len=args.output_len, dtype="fp8", kv_cache="fp8",
+                                  tp=2, workers=args.workers))
 
 
 def main() -> None:

@@ -8,6 +8,17 @@ from typing import Any
 from torchsim.cli import UsageError, int_in
 
 
+def add_precision_options(p: argparse.ArgumentParser, *, kv_help: str) -> None:
+    """--dtype, --kv-cache and --quant (predict, serve)."""
+    from torchsim.cli import add_quant_option
+
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"),
+                   help="checkpoint precision: fp8 runs the decoder-layer GEMMs in FP8 E4M3 (default bf16)")
+    p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
+                   help=f"KV-cache dtype (default: the model dtype; {kv_help})")
+    add_quant_option(p)
+
+
 def add_parallel_options(p: argparse.ArgumentParser, *, tp_help: str) -> None:
     """--tp, --sp, --ep, --pp, --micro-batches and --allow-oversubscribe (predict, compare)."""
     p.add_argument("--tp", type=int_in(1, 64), default=1, help=tp_help)

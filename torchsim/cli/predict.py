@@ -11,8 +11,8 @@ import json
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, add_quant_option, approximated, int_in
-from torchsim.cli.options import add_parallel_options, system_device
+from torchsim.cli import UsageError, approximated, int_in
+from torchsim.cli.options import add_parallel_options, add_precision_options, system_device
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
 from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS
@@ -42,11 +42,7 @@ def register(sub: Any) -> None:
                    help="Tenstorrent profiles: tt_transformers' weight data formats and math fidelities per role "
                    "(performance: bfp4_b MLP FF1/FF3 at LoFi, bfp8_b elsewhere at HiFi2; accuracy: bfp8_b at "
                    "HiFi2 everywhere; default performance); an error on GPUs")
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"),
-                   help="checkpoint precision: fp8 runs the decoder-layer GEMMs in FP8 E4M3 (default bf16)")
-    p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
-                   help="KV-cache dtype (default: the model dtype; fp8 halves K/V bytes in decode attention)")
-    add_quant_option(p)
+    add_precision_options(p, kv_help="fp8 halves K/V bytes in decode attention")
     p.add_argument("--routing", default=None, help="MoE routing: balanced, skewed, or a JSON/Parquet file")
     add_parallel_options(p, tp_help="tensor-parallel GPUs (Megatron splits + NCCL collectives on the GPU's 8-GPU "
                                     "system, or on the system --hw names, e.g. dgx-h100; default 1)")

@@ -18,7 +18,8 @@ import math
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, add_quant_option, int_in
+from torchsim.cli import UsageError, int_in
+from torchsim.cli.options import add_precision_options, system_device
 from torchsim.cli.paths import iterations_path
 from torchsim.models import DEFAULT_MODEL
 
@@ -42,11 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--hw", default="h100-sxm",
                    help="hardware profile (default h100-sxm; `torchsim hw list`), or a multi-GPU system (dgx-h100, "
                    "...) with --tp")
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8"),
-                   help="checkpoint precision: fp8 runs the decoder-layer GEMMs in FP8 E4M3 (default bf16)")
-    p.add_argument("--kv-cache", default=None, choices=("bf16", "fp16", "fp8"),
-                   help="KV-cache dtype (default: the model dtype; fp8 halves the bytes a token takes)")
-    add_quant_option(p)
+    add_precision_options(p, kv_help="fp8 halves the bytes a token takes")
     p.add_argument("--tp", type=int_in(1, 64), default=1, metavar="N",
                    help="tensor-parallel GPUs (Megatron splits + NCCL collectives on the GPU's 8-GPU system, or on "
                    "the system --hw names; default 1); expert and pipeline parallelism are not served yet")
@@ -94,7 +91,7 @@ def register(sub: Any) -> None:
     r = p.add_argument_group("run")
     r.add_argument("--exact", action="store_true",
                    help="simulate every iteration's own kernels (varlen attention over the real lengths) instead of "
-                   "interpolating between simulated token counts (slow)")
+                   "costing them from buckets of simulated kernels (slow)")
     r.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel and plan caches")
     r.add_argument("--workers", type=int_in(1, 256), default=None, metavar="N",
                    help="processes simulating kernels (default: auto)")
@@ -195,8 +192,6 @@ def run(args: argparse.Namespace) -> int:
     if sweep and args.perfetto:
         raise UsageError(f"--perfetto writes one run's timeline; the --{key} sweep has {len(values)} runs (give one "
                          f"{key} for a timeline)")
-    from torchsim.cli.options import system_device
-
     device = system_device(args)
     flags = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
              "chunked_prefill": None if args.chunked_prefill is None else args.chunked_prefill == "on",

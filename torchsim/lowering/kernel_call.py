@@ -7,7 +7,7 @@ identical kernels of different layers are simulated once (memoisation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -65,6 +65,10 @@ class KernelCall:
         if default is None:
             raise KeyError(f"{self.kind.value} kernel {self.name!r} has no parameter {name!r}")
         return default
+
+    def with_params(self, **params: Any) -> KernelCall:
+        """This call with `params` added or replaced; what it is and where it came from stay."""
+        return replace(self, params=tuple(sorted({**dict(self.params), **params}.items())))
 
     def key(self) -> tuple[Any, ...]:
         """Identity for memoisation: what is computed, not where it came from."""

@@ -397,7 +397,7 @@ def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, 
 def _tuned(plan: KernelPlan) -> KernelPlan:
     """The plan with its GEMMs autotuned by simulation (the `tune` parameter the GEMM template reads); quantised
     GEMMs keep their format's kernels' tiles."""
-    calls = tuple(replace(c, params=tuple(sorted({**dict(c.params), "tune": True}.items())))
+    calls = tuple(c.with_params(tune=True)
                   if c.kind is KernelKind.GEMM and not c.p("variant", "") and not c.p("quant", "") else c
                   for c in plan.calls)
     return replace(plan, calls=calls)

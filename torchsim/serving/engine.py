@@ -151,12 +151,11 @@ class _Seq:
     finish_s: float = math.nan
     preemptions: int = 0
     spans: list[tuple[str, float, float]] = field(default_factory=list)  # (what, start, end) for the timeline
-    prompt: int = -1  # tokens to prefill: the input, and after a preemption the input and the tokens generated so
-    # far (recomputed); once `computed` reaches it the request decodes
+    prompt: int = field(init=False)  # tokens to prefill: the input, and after a preemption the input and the tokens
+    # generated so far (recomputed); once `computed` reaches it the request decodes
 
     def __post_init__(self) -> None:
-        if self.prompt < 0:
-            self.prompt = self.req.input_len
+        self.prompt = self.req.input_len
 
 
 @dataclass(frozen=True)

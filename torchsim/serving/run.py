@@ -15,7 +15,7 @@ from typing import Any
 
 from torchsim.graph.kinds import DType
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.serving.cost import BASE_PAST, BASE_ROWS, IterationCost, scaled
+from torchsim.serving.cost import BASE_PAST, BASE_ROWS, BUCKETS, IterationCost, scaled
 from torchsim.serving.engine import IterBatch, KvCacheTooSmall, SchedulerConfig
 from torchsim.serving.engine import run as run_engine
 from torchsim.serving.load import MAX_TOKENS, LengthDist, Request, read_requests, synthetic
@@ -120,8 +120,7 @@ def serve(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, requests: str | Seq
         f"load: {load}",
         f"iteration times: the captured step rewritten per iteration ({len(calls)} kernels), "
         + ("every iteration's own kernels simulated (exact, varlen attention over the real lengths)" if exact else
-           "per-token kernels simulated on a grid of token counts and interpolated, attention at the batch's mean "
-           "chunk / KV length in block-size buckets (their error against exact iterations is not measured yet)"),
+           f"from buckets: {BUCKETS}"),
         "one engine iteration at a time on the device: no host overhead between iterations beyond the launch model's "
         "(engines that schedule on the CPU meanwhile, as vLLM V1 and TensorRT-LLM's overlap scheduler do)",
         f"KV cache: {kv_per_token:,.0f} bytes per token per GPU, {blocks:,} blocks of {cfg.block_size} tokens "
@@ -134,9 +133,7 @@ def serve(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, requests: str | Seq
                        kv_bytes_per_token=kv_per_token, assumptions=assumptions,
                        timings_s={"setup": t_setup - t0, "simulate": t_prefetch - t_setup, "serve": t_end - t_prefetch,
                                   "total": t_end - t0},
-                       stats={"iterations_costed": cost.iterations, "kernels_prefetched": prefetched,
-                              "gemm_sizes": len(cost._gemm), "grid_sizes": len(cost._rest),
-                              "attention_buckets": len(cost._attn), **entry.facts})
+                       stats={**cost.stats(), "kernels_prefetched": prefetched, **entry.facts})
 
 
 def kv_bytes_per_token(calls: Sequence[KernelCall], kv_dtype: Any) -> float:

@@ -129,8 +129,7 @@ def storage_cores(role: Role, kt: int, nt: int) -> int:
 
 def with_params(call: KernelCall, **params: Any) -> KernelCall:
     """`call` with extra (or replaced) params; name, layer and source stay."""
-    merged = {**dict(call.params), **params}
-    return replace(call, params=tuple(sorted(merged.items())))
+    return call.with_params(**params)
 
 
 def configure(call: KernelCall, mode: WeightMode, phase: str) -> KernelCall:
