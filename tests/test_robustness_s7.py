@@ -171,6 +171,7 @@ def test_binary_measurements_name_the_file(tmp_path: Path, capsys: pytest.Captur
     ({"rope_scaling": {"rope_type": "linear", "factor": float("nan")}}, ["'factor'", "got nan"]),
     ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, float("inf")]}}, ["NaN or infinite"]),
     ({"torch_dtype": 5}, ["'torch_dtype' must be a dtype name", "got 5"]),
+    ({"torch_dtype": "float128"}, ["'torch_dtype'", "'float128' is not a torch dtype", "bfloat16"]),
 ])
 def test_damaged_ignored_fields_are_refused(fields: dict[str, object], words: list[str], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -221,3 +222,44 @@ def test_predict_of_an_absurd_token_count_is_refused_before_planning_it(capsys: 
     """--batch 65536 --prompt 8000 (524M tokens) hung listing the work of its 197M-tile QKV GEMM for the estimate."""
     line = one_line(capsys, ["predict", "--batch", "65536", "--prompt", "8000", "--decode", "1", "--no-progress"])
     assert "196,608,000 128x128 output tiles" in line and "16,777,216" in line and "--batch" in line, line
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-7b", "phi-3-mini-4k"])
+def test_hf_family_config_with_an_unknown_dtype_is_refused(family: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers looks `torch_dtype` up on torch: an unknown name was an internal AttributeError."""
+    pytest.importorskip("transformers")
+    base = json.loads((Path(__file__).parent / f"data/hf_configs/{family}.json").read_text())
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({**base, "torch_dtype": "float128"}))
+    line = one_line(capsys, ["predict", str(path)])
+    assert "'float128' is not a torch dtype" in line and "internal error" not in line, line
+    path.write_text(json.dumps({**base, "torch_dtype": "torch.bfloat16"}))  # the prefixed spelling some files use
+    from torchsim.models.config_fields import check_dtype_fields
+    check_dtype_fields(json.loads(path.read_text()), "m")
+
+
+def test_decode_splits_above_flashattention_limit_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_line(capsys, ["kernel", "decode", "--batch", "1", "--heads-q", "32", "--heads-kv", "8", "--seq-kv",
+                             "4096", "--head-dim", "128", "--splits", "1000", "--hw", "h100-sxm"])
+    assert "num_splits 1000" in line and "128" in line, line
+
+
+def test_decode_splits_at_the_limit_are_simulated() -> None:
+    from torchsim.hwmodels import get_profile
+    from torchsim.lowering.templates.attention_config import AttnShape
+    from torchsim.lowering.templates.decode import MAX_SPLITS, flash_decode
+
+    hw = get_profile("h100-sxm")
+    bn = flash_decode(AttnShape(1, 8, 8, 1, 4096, 128), hw)[0].attrs["bn"]  # K/V block of the decode kernel
+    kernels = flash_decode(AttnShape(1, 8, 8, 1, bn * MAX_SPLITS, 128), hw, num_splits=MAX_SPLITS)
+    assert kernels[0].attrs["splits"] == MAX_SPLITS and kernels[0].attrs["blocks_per_split"] == 1
+
+
+def test_sampled_routing_of_absurd_token_counts_is_refused_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """zipf/dirichlet draw each token's experts: 10^12 tokens ran until killed; balanced is computed, so it is not
+    bounded."""
+    line = one_line(capsys, ["routing", "show", "zipf", "--tokens", str(10**12)])
+    assert "1,000,000,000,000 tokens" in line and "balanced" in line, line
+    assert cli.main(["routing", "show", "balanced", "--tokens", str(10**12)]) == 0
+    assert "250000000000" in capsys.readouterr().out

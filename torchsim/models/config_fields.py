@@ -155,11 +155,27 @@ def check_ignored(data: dict[str, Any], name: str) -> None:
         if not _finite_numbers(value):
             raise ValueError(f"model config {name!r}: field {key!r} holds a NaN or infinite number: "
                              f"{json.dumps(value)[:80]}")
+    check_dtype_fields(data, name)
+
+
+def check_dtype_fields(data: dict[str, Any], name: str) -> None:
+    """A config's `torch_dtype` / `dtype` is null or a torch dtype name (transformers looks it up on torch)."""
     for key in ("torch_dtype", "dtype"):
         value = data.get(key)
         if value is not None and not isinstance(value, str):
             raise ValueError(f"model config {name!r}: field {key!r} must be a dtype name such as \"bfloat16\" or "
                              f"null, got {value!r}")
+        if isinstance(value, str) and value.removeprefix("torch.") not in CONFIG_DTYPES:
+            raise ValueError(f"model config {name!r}: field {key!r}: {value[:40]!r} is not a torch dtype "
+                             f"transformers reads; valid: {', '.join(sorted(CONFIG_DTYPES))}")
+
+
+# the dtype names a config's `torch_dtype` / `dtype` may hold: torch's floating and integer dtypes by name (the
+# attribute transformers looks up with getattr(torch, name)) and "auto"
+CONFIG_DTYPES = frozenset({
+    "auto", "float16", "half", "bfloat16", "float32", "float", "float64", "double", "float8_e4m3fn", "float8_e5m2",
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8", "int16", "int32", "int64", "bool",
+})
 
 
 def screen_fields(data: dict[str, Any], modelled: set[str], name: str, *, approximate: bool) -> tuple[str, ...]:

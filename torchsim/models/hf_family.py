@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from torchsim.models.config_fields import LAYER_KINDS, conditional_note, quant_of, refuse_unless
+from torchsim.models.config_fields import LAYER_KINDS, check_dtype_fields, conditional_note, quant_of, refuse_unless
 from torchsim.models.decoder import DecoderConfig
 from torchsim.models.registry import register_builder, register_other_families
 
@@ -71,6 +71,7 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
     if transformers.CONFIG_MAPPING[model_type] not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ValueError(f"model_type {model_type!r} has no causal-LM class in transformers "
                          f"{transformers.__version__}: torchsim predicts decoder-only causal LMs")
+    check_dtype_fields(data, name)  # transformers getattr()s torch for it: an AttributeError otherwise
     hf_cfg = _hf_config(transformers, data)
     notes = [n for k in _REPLACED if k in data and (n := conditional_note(k, data)) is not None]
     if "layer_types" in data and (why := _layer_types(data["layer_types"], data)):

@@ -96,6 +96,9 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     check_page_size(page_size)
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
         raise ValueError(f"num_splits must be a positive integer (or None for the heuristic), got {num_splits!r}")
+    if num_splits is not None and num_splits > MAX_SPLITS:  # FlashAttention refuses these (flash_api.cpp
+        # set_params_splitkv: TORCH_CHECK(params.num_splits <= 128, "num_splits > 128 not supported"))
+        raise ValueError(f"num_splits {num_splits} is above FlashAttention's limit of {MAX_SPLITS} K/V splits")
     per_seq = [shape] * shape.batch if kv_lens is None else sequence_kv_shapes(shape, kv_lens)
     cfg = decode_config(shape, hw, variant, page_size)
     check_variant(cfg.variant, shape, hw)
