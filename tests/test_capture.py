@@ -139,3 +139,25 @@ def test_a_proof_made_at_one_kv_length_serves_the_next(tiny: Any) -> None:
     assert second.segments[2].graph is second.segments[1].graph
     kv = [n for n in second.segments[1].graph.nodes if n.op_name == "scaled_dot_product_attention"][0]
     assert kv.in_specs[1].shape[2] == 10  # captured at its own shapes: 9 cached + 1 new
+
+
+def test_an_interrupt_masked_by_torch_cleanup_stays_an_interrupt(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C inside torch.export: a context manager unwinding raises its own error with the interrupt as context
+    def export(*_a: object, **_k: object) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise AssertionError("Trying to pop empty mode stack")
+
+    monkeypatch.setattr(torch.export, "export", export)
+    with pytest.raises(KeyboardInterrupt):
+        capture_module(nn.Linear(2, 2), (torch.ones(2, device="meta"),), name="layers.0")
+
+
+def test_a_failed_export_without_an_interrupt_is_a_capture_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def export(*_a: object, **_k: object) -> None:
+        raise AssertionError("Trying to pop empty mode stack")
+
+    monkeypatch.setattr(torch.export, "export", export)
+    with pytest.raises(CaptureError, match="layers.0.*Linear.*pop empty mode stack"):
+        capture_module(nn.Linear(2, 2), (torch.ones(2, device="meta"),), name="layers.0")

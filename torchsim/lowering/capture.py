@@ -73,9 +73,26 @@ def capture_module(module: nn.Module, args: tuple[Any, ...], *, name: str = "") 
     try:
         ep = torch.export.export(module, args)
     except Exception as exc:  # torch raises many types; name the segment and keep the cause
+        _reraise_interrupt(exc)
         raise CaptureError(f"torch.export of {label} ({type(module).__qualname__}) failed: "
                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
     return _to_opgraph(ep, label, _windows(module))
+
+
+def _reraise_interrupt(exc: BaseException) -> None:
+    """Re-raise a Ctrl-C that torch's own cleanup masked.
+
+    A KeyboardInterrupt that lands inside torch.export unwinds through its context managers, and one of them can
+    raise on the way out (seen: "AssertionError: Trying to pop empty mode stack"); the interrupt is then only the
+    new exception's __context__. That run was interrupted, not a failed capture.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
 
 
 # ---- sliding windows ---------------------------------------------------------------------------------------
