@@ -50,8 +50,9 @@ MAX_DIM = 1 << 24  # a shape dimension above this is a typo, not a kernel (and w
 MAX_EVENTS = 50_000_000  # node executions `torchsim kernel` simulates without --max-events (~2-5 min here)
 
 
-def simulate_for(kernel: Any, args: argparse.Namespace) -> KernelResult:
-    """Simulate `kernel` on --hw with the command's --policy, --sms, --clock and output options."""
+def simulate_for(kernel: Any, args: argparse.Namespace, family: Any = None) -> KernelResult:
+    """Simulate `kernel` on --hw with the command's --policy, --sms, --clock and output options (`family`: its
+    repeating structure when check_size found one, so it is not looked for twice)."""
     hw = get_profile(args.hw)
     if args.sms is not None:
         positive("sms", args.sms)
@@ -68,7 +69,7 @@ def simulate_for(kernel: Any, args: argparse.Namespace) -> KernelResult:
 
             def run(g: Any, h: Any) -> KernelResult:
                 return simulate(g, h, policy=args.policy)
-            return simulate_kernel(kernel, hw, run=run)  # extrapolated when large (method in attrs)
+            return simulate_kernel(family or kernel, hw, run=run)  # extrapolated when large (method in attrs)
         return simulate_sustained(kernel, hw, **kw)
     try:
         ghz = float(clock)
@@ -90,18 +91,22 @@ def positive(name: str, value: int | None) -> int:
     return int(value)
 
 
-def check_size(kernel: Any, args: argparse.Namespace) -> None:
-    """Refuse, before simulating, a kernel whose node executions exceed the limit (the error says how to lift it)."""
+def check_size(kernel: Any, args: argparse.Namespace) -> Any:
+    """Refuse, before simulating, a kernel whose node executions exceed the limit (the error says how to lift it).
+    Returns the kernel's repeating structure (a repeats.Family) when it is large and will be extrapolated."""
     from torchsim.prediction.kernel_sim import graph_events
-    from torchsim.prediction.repeats import family_of
+    from torchsim.prediction.repeats import EXACT_EVENTS, family_of
 
     events, limit = graph_events(kernel), getattr(args, "max_events", None) or MAX_EVENTS
-    extrapolated = not getattr(args, "exact", True) and str(getattr(args, "clock", "sustained")) == "sustained" \
-        and not wants_records(args) and args.sms is None and family_of(kernel, get_profile(args.hw)) is not None
-    if events > limit and not extrapolated:
+    may_extrapolate = not getattr(args, "exact", True) and str(getattr(args, "clock", "sustained")) == "sustained" \
+        and not wants_records(args) and args.sms is None
+    family = family_of(kernel, get_profile(args.hw)) if may_extrapolate and events > min(limit, EXACT_EVENTS) \
+        else None
+    if events > limit and family is None:
         raise UsageError(f"{kernel.name} would take {events:,} node executions to simulate (limit {limit:,}, about "
                          f"{events / 200_000 / 60:.0f} min on one core); pass --max-events {events} to run it, or "
                          f"use `torchsim predict`, which extrapolates large kernels")
+    return family
 
 
 def emit_outputs(args: argparse.Namespace, launches: list[tuple[Any, KernelResult]]) -> None:
@@ -112,8 +117,8 @@ def emit_outputs(args: argparse.Namespace, launches: list[tuple[Any, KernelResul
 
 def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] | None = None,
                    export: bool = True) -> KernelResult:
-    check_size(kernel, args)
-    res = simulate_for(kernel, args)
+    family = check_size(kernel, args)
+    res = simulate_for(kernel, args, family)
     report(res, kernel, args, extra or {})
     if export:
         emit_outputs(args, [(kernel, res)])

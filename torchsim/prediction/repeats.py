@@ -299,7 +299,16 @@ def tiled_family(kind: str, name: str, units_of: Callable[[int], list[Any]], k: 
     out_dtype = gemm_mod.gemm_out_dtype(dtype)
     step = cfg.bk * cfg.split_k
     k_steps = -(-k // step)
-    tiles = len(units_of(min(k, step)))
+    listed: dict[int, list[Any]] = {}  # the unit lists of the last two depths (a batch of 10^6 tiles: seconds each)
+
+    def units_at(kk: int) -> list[Any]:
+        if kk not in listed:
+            while len(listed) >= 2:
+                listed.pop(next(iter(listed)))
+            listed[kk] = units_of(kk)
+        return listed[kk]
+
+    tiles = len(units_at(min(k, step)))
     threads, regs, smem = cfg.threads(), gemm_mod._regs(cfg), cfg.smem_bytes(dtype)
     slots = grid or slots_for(threads, regs, smem, hw)
     # K: past the pipeline fill and long enough that a tile's main loop outlasts its epilogue (measured: 6 steps
@@ -308,7 +317,7 @@ def tiled_family(kind: str, name: str, units_of: Callable[[int], list[Any]], k: 
 
     def build(sizes: dict[str, int]) -> KernelGraph:
         kk = min(k, sizes.get("k", k_steps) * step)
-        units = units_of(kk)
+        units = units_at(kk)
         if "waves" in sizes:
             units = units[:keep_whole_waves(len(units), slots, sizes["waves"])]
         classes = [CtaClass(gemm_mod._write_cta(plan, cfg, dtype, out_dtype, epilogue, hw), plan.params, plan.names,
@@ -381,11 +390,12 @@ def gemm_call_config(call: Any, hw: Any) -> Any:
     return cfg
 
 
-def gemm_attrs(m: int, n: int, k: int, dtype: DType, cfg: Any, epilogue: Any, batch: int) -> dict[str, Any]:
+def gemm_attrs(m: int, n: int, k: int, dtype: DType, cfg: Any, epilogue: Any, batch: int,
+               shared_b: bool = True) -> dict[str, Any]:
     return {"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
             "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
             "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch,
-            **({"quant": cfg.quant} if cfg.quant else {})}
+            **({"shared_b": shared_b} if batch > 1 else {}), **({"quant": cfg.quant} if cfg.quant else {})}
 
 
 def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
@@ -395,16 +405,18 @@ def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
     from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline, default_config
 
     a = kg.attrs
-    if not str(a.get("template", "")).startswith("gemm/") or int(a.get("batch", 1)) != 1:
+    batch = int(a.get("batch", 1))
+    if not str(a.get("template", "")).startswith("gemm/") or (batch != 1 and "shared_b" not in a):
         return None
     try:
         dtype = DType.parse(str(a["dtype"]))
         pipe = Pipeline.parse(str(a["template"]).split("/", 1)[1])
-        cfg = default_config(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, 1, pipe, quant=str(a.get("quant", "")))
+        cfg = default_config(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, batch, pipe,
+                             quant=str(a.get("quant", "")))
         cfg = dc_replace(cfg, bm=int(a["bm"]), bn=int(a["bn"]), bk=int(a["bk"]), stages=int(a["stages"]),
                          persistent=bool(a["persistent"]), b_split=int(a["b_split"]), split_k=int(a["split_k"]))
         fam = gemm_family(int(a["m"]), int(a["n"]), int(a["k"]), dtype, hw, cfg, Epilogue.parse(str(a["epilogue"])),
-                          1, False, dict(a))
+                          batch, bool(a.get("shared_b", False)), dict(a))
     except (KeyError, ValueError):
         return None
     return fam if fam.ctas == sum(c.count for c in kg.classes) else None  # e.g. --tiles-per-cta: another grid
@@ -518,7 +530,7 @@ def gemm_call_family(call: Any, hw: Any) -> Family | None:
     cfg = gemm_call_config(call, hw)
     epi = Epilogue.parse(call.p("epilogue", "none"))
     return gemm_family(m, n, k, call.dtype, hw, cfg, epi, batch, bool(call.p("shared_b", True)),
-                       gemm_attrs(m, n, k, call.dtype, cfg, epi, batch))
+                       gemm_attrs(m, n, k, call.dtype, cfg, epi, batch, bool(call.p("shared_b", True))))
 
 
 def _is_tensix(hw: Any) -> bool:

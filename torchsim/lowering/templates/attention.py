@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from torchsim.graph import CtaClass, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit, aff
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.lowering.templates.attention_config import (
@@ -35,7 +37,7 @@ from torchsim.lowering.templates.attention_config import (
     mma_work_scale,
     tmem_accumulators,
 )
-from torchsim.lowering.templates.attention_parts import AttnWriter, group_ctas, link
+from torchsim.lowering.templates.attention_parts import AttnWriter, ClassRows, group_ctas, link
 from torchsim.lowering.templates.prologue import add_prologue
 
 PARAMS = ("b", "h", "hk", "m")
@@ -60,12 +62,16 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
     # a sliding window: each query block starts at its own first K/V block (CTA parameter k0)
     window = {"kv_base": "k0"} if any(s.binding_window for s in per_seq) else {}
     names = (*PARAMS, "k0") if window else PARAMS
-    rows = [((n, masked), (b, h, h // shape.group, m, *((first,) if window else ())))
-            for b, s in enumerate(per_seq) for h in range(shape.heads_q)
-            for m, (n, masked, first) in enumerate(spans_of[s.seq_q, s.seq_kv])]
+    if seqs is None:  # every sequence alike: the classes as arrays (a 10^7-token prompt has 10^6 CTAs a head)
+        grouped = _uniform_classes(shape, spans_of[shape.seq_q, shape.seq_kv], names, bool(window))
+    else:
+        rows = [((n, masked), (b, h, h // shape.group, m, *((first,) if window else ())))
+                for b, s in enumerate(per_seq) for h in range(shape.heads_q)
+                for m, (n, masked, first) in enumerate(spans_of[s.seq_q, s.seq_kv])]
+        grouped = group_ctas(rows, names, order=lambda key: -key[0])
     classes = []
     tmem = tmem_accumulators(cfg.variant, hw)
-    for cr in group_ctas(rows, names, order=lambda key: -key[0]):
+    for cr in grouped:
         n, masked = cr.key
         graph = write_cta(cfg, shape, n, masked, hw=hw, datapath_rows=datapath_rows(cfg.variant, hw),
                           tmem_accumulators=tmem, **window)
@@ -95,6 +101,25 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
                # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
                **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})},
     )
+
+
+def _uniform_classes(shape: AttnShape, spans: list[tuple[int, int, int]], names: tuple[str, ...],
+                     window: bool) -> list[ClassRows]:
+    """The CTA classes of `batch` alike sequences, as group_ctas would group the rows (b, h, h // group, m[, k0])
+    in launch order (b, then h, then query block m), keyed by each block's (KV blocks, masked) span; classes
+    with more KV blocks first, ties in order of first appearance."""
+    blocks: dict[tuple[int, int], list[int]] = {}
+    for m, (n, masked, _) in enumerate(spans):
+        blocks.setdefault((n, masked), []).append(m)
+    heads = np.array([(b, h, h // shape.group) for b in range(shape.batch) for h in range(shape.heads_q)],
+                     dtype=np.int64).reshape(-1, 3)
+    out = []
+    for key in sorted(blocks, key=lambda k: -k[0]):  # stable: equal KV blocks keep first appearance
+        ms = blocks[key]
+        per_m = np.array([(m, spans[m][2]) if window else (m,) for m in ms], dtype=np.int64).reshape(len(ms), -1)
+        params = np.concatenate([np.repeat(heads, len(ms), axis=0), np.tile(per_m, (len(heads), 1))], axis=1)
+        out.append(ClassRows(key, params.reshape(len(heads) * len(ms), len(names)), names))
+    return out
 
 
 def sequence_shapes(shape: AttnShape, seqs: Sequence[tuple[int, int]]) -> list[AttnShape]:

@@ -94,6 +94,8 @@ def gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, cfg: GemmConfig |
     attrs = {"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
              "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
              "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch}
+    if batch > 1:  # one weight for all batches (a linear layer) or one B per batch (bmm): different B traffic
+        attrs["shared_b"] = shared_b
     if fmt is not None:
         attrs["quant"] = fmt.name
     return KernelGraph(name=f"gemm_{m}x{n}x{k}", classes=tuple(classes), flops=2.0 * batch * m * n * k,

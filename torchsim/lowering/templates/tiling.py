@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True, slots=True)
-class WorkUnit:
+class WorkUnit(NamedTuple):  # a tuple: a batch of 10^6 tiles lists 10^6 of them
     m: int  # global M block (batch folded in)
     n: int  # global N block of the output
     nb: int  # block index of B's tensor (batch folded in for batched B)
@@ -28,17 +28,18 @@ def work_units(batch: int, m: int, n: int, k: int, bm: int, bn: int, bk: int, sp
     """Output tiles in rasterised order (groups of `raster_group` M tiles walked column by column)."""
     mt, nt, kt_total = math.ceil(m / bm), math.ceil(n / bn), math.ceil(k / bk)
     per = math.ceil(kt_total / split_k)
-    units = []
+    slices = [(s * per, min(per, kt_total - s * per)) for s in range(split_k) if kt_total - s * per > 0]
+    groups = [range(g0, min(mt, g0 + raster_group)) for g0 in range(0, mt, raster_group)]
+    units: list[WorkUnit] = []
+    add = units.append
     for b in range(batch):
-        for g0 in range(0, mt, raster_group):
+        mo, no = b * mt, b * nt
+        for rows in groups:
             for j in range(nt):
-                for i in range(g0, min(mt, g0 + raster_group)):
-                    for s in range(split_k):
-                        k0 = s * per
-                        kt = min(per, kt_total - k0)
-                        if kt > 0:
-                            units.append(WorkUnit(b * mt + i, b * nt + j, j if shared_b else b * nt + j,
-                                                  k0, kt, i % b_split))
+                nb = j if shared_b else no + j
+                for i in rows:
+                    for k0, kt in slices:
+                        add(WorkUnit(mo + i, no + j, nb, k0, kt, i % b_split))
     return units
 
 
