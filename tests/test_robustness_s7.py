@@ -263,3 +263,26 @@ def test_sampled_routing_of_absurd_token_counts_is_refused_at_once(capsys: pytes
     assert "1,000,000,000,000 tokens" in line and "balanced" in line, line
     assert cli.main(["routing", "show", "balanced", "--tokens", str(10**12)]) == 0
     assert "250000000000" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["rmsnorm", "--param", "rows=1", "--param", "hiden=4096"],
+     ["--param hiden", "it reads hidden, rows", "no parameter 'hidden'"]),
+    (["gemm", "--m", "64", "--n", "64", "--k", "64", "--param", "colour=3"], ["--param colour", "reads", "m, n"]),
+    (["rmsnorm", "--param", "rows=1", "--param", "hidden=4096", "--param", "fidelity=hifi2", "--hw",
+      "wormhole-n150", "--vary", "clock_hz=1e9,1.1e9"], ["--param fidelity", "on wormhole-n150"]),
+])
+def test_sweep_kernel_params_no_template_reads_are_named(args: list[str], words: list[str], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "s.parquet"
+    vary = [] if "--vary" in args else ["--vary", "sm_count=66,132"]
+    line = one_line(capsys, ["sweep", "kernel", *args, *vary, "--out", str(out)])
+    assert all(w in line for w in words), line
+    assert not out.exists()
+
+
+def test_sweep_kernel_params_a_template_reads_are_accepted(tmp_path: Path) -> None:
+    out = tmp_path / "s.parquet"
+    assert cli.main(["sweep", "kernel", "rmsnorm", "--param", "rows=1", "--param", "hidden=4096", "--vary",
+                     "dram_bytes_per_s=2e12,3e12", "--out", str(out), "--no-progress"]) == 0
+    assert out.exists()

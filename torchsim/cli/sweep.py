@@ -143,7 +143,31 @@ def _kernel_call(args: argparse.Namespace) -> Any:
 
         params["quant"] = args.quant
         dtype = parse(args.quant).mma_dtype(dtype)
-    return KernelCall.make(kind, dtype, name=f"sweep.{kind.value}", **params)
+    call = KernelCall.make(kind, dtype, name=f"sweep.{kind.value}", **params)
+    _check_params_used(call, [_param(item)[0] for item in args.param], args.hw)
+    return call
+
+
+def _check_params_used(call: Any, given: list[str], hw_name: str) -> None:
+    """A --param no template reads would be swept without effect (a typo: `--param hiden=4096`): name it."""
+    if not given:
+        return
+    from torchsim.hwmodels import get_profile
+    from torchsim.lowering.kernel_call import params_read
+    from torchsim.lowering.templates import build_kernels
+
+    missing = ""
+    with params_read() as seen:
+        try:
+            build_kernels(call, get_profile(hw_name))
+        except KeyError as exc:  # a parameter the kernel needs is not given (perhaps the misspelt one)
+            missing = f" ({exc.args[0] if exc.args else exc})"
+        except (ValueError, TypeError):
+            return  # the call itself is bad: the sweep's own build reports it, naming the parameter
+    unread = sorted(set(given) - seen)
+    if unread:
+        raise UsageError(f"--param {', '.join(unread)}: not a parameter the {call.kind.value} kernel reads on "
+                         f"{hw_name}; it reads {', '.join(sorted(seen)) or 'none'}{missing}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,6 +7,8 @@ identical kernels of different layers are simulated once (memoisation).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -59,6 +61,8 @@ class KernelCall:
         return KernelCall(kind, frozen, dtype, name, phase, layer, stream, module_path, source, fx_nodes)
 
     def p(self, name: str, default: Any = None) -> Any:
+        if _READS:
+            _READS[-1].add(name)
         for k, v in self.params:
             if k == name:
                 return v
@@ -73,3 +77,25 @@ class KernelCall:
     def key(self) -> tuple[Any, ...]:
         """Identity for memoisation: what is computed, not where it came from."""
         return (self.kind, self.params, self.dtype)
+
+
+_READS: list[set[str]] = []  # the parameter names `KernelCall.p` was asked for, per open `params_read()`
+
+
+@contextmanager
+def params_read() -> Iterator[set[str]]:
+    """The names of the parameters read through `KernelCall.p` (of any call) inside the block: what a template
+    used, so a parameter a user gave that no template read can be named (`torchsim sweep kernel --param`).
+
+    >>> call = KernelCall.make(KernelKind.RMSNORM, rows=4, hidden=64, colour="blue")
+    >>> with params_read() as seen:
+    ...     _ = call.p("rows"), call.p("hidden")
+    >>> sorted(seen)
+    ['hidden', 'rows']
+    """
+    seen: set[str] = set()
+    _READS.append(seen)
+    try:
+        yield seen
+    finally:
+        _READS.pop()

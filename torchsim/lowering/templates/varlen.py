@@ -122,9 +122,9 @@ def call_kv_lens(call: KernelCall) -> tuple[int, ...] | None:
 
 def _consistent(call: KernelCall, batch: int, seq_kv: int, seq_q: int | None) -> None:
     want = {"batch": batch, "seq_kv": seq_kv, **({"seq_q": seq_q} if seq_q is not None else {})}
-    given = dict(call.params)
+    given = {k: call.p(k, "missing") for k in want}
     for k, v in want.items():
-        if given.get(k) != v:
+        if given[k] != v:
             raise ValueError(f"{call.kind.value} call {call.name!r}: {k}={given.get(k)} but its per-sequence lengths "
                              f"give {v} ({'the number of sequences' if k == 'batch' else 'the longest'}); build it "
                              "with varlen_prefill_call / varlen_decode_call")
