@@ -147,7 +147,7 @@ def test_an_interrupt_masked_by_torch_cleanup_stays_an_interrupt(monkeypatch: py
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt:
-            raise AssertionError("Trying to pop empty mode stack")
+            raise AssertionError("Trying to pop empty mode stack")  # noqa: B904 (implicit context, as torch)
 
     monkeypatch.setattr(torch.export, "export", export)
     with pytest.raises(KeyboardInterrupt):
