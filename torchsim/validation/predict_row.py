@@ -126,7 +126,8 @@ def _gemm(r: Row, hw: Any, quick: bool, tune: bool = False) -> Device | Skip:
         cfg = deepgemm_config(m, n, k, dtype, hw)  # the row's library picks its tiles by its own rules
     if quant and not hw.supports(dtype):
         return Skip(f"{quant} on {hw.name}: no FP4 tensor cores")
-    res = simulate_kernel(gemm(m, n, k, dtype, hw, cfg, batch=batch, shared_b=False, quant=quant), hw)
+    res = simulate_kernel(gemm(m, n, k, dtype, hw, cfg, batch=batch, shared_b=False, quant=quant), hw,
+                          l2_dirty_bytes(method_for(r)[0], hw))
     dt = quant or dtype.name.lower()
     return Device(f"{hw.name} {dt}", ((res.time_s, res.flops, res.dram_bytes),), res.bound,
                   (dt, f"{batch}x{m}x{n}x{k}"))
@@ -210,7 +211,7 @@ def _moe(r: Row, hw: Any, quick: bool) -> Device | Skip:
         whole = layout == "contiguous"
         cfg = replace(deepgemm_config(groups * m if whole else m, n, k, dtype, hw, 1 if whole else groups),
                       b_split=1)
-    res = simulate_kernel(grouped_gemm((m,) * groups, n, k, dtype, hw, cfg), hw)
+    res = simulate_kernel(grouped_gemm((m,) * groups, n, k, dtype, hw, cfg), hw, l2_dirty_bytes(method_for(r)[0], hw))
     tail = load_balance(res).get("tail_idle_share", 0.0)
     return Device(f"{hw.name} {dt} {layout}", ((res.time_s, res.flops, res.dram_bytes),), res.bound,
                   (dt, layout, f"{groups}x{m}x{n}x{k}"), extra=f"{100 * tail:.0f}%")
