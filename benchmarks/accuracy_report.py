@@ -5,8 +5,9 @@ figures `predict`, `kernel` and `compare` print beside their numbers.
 
 Runs the predictors of benchmarks/validate_gemm.py, validate_attention.py, validate_moe.py (each row through
 its timing method) and validate_tensix.py (device time of the published Tensix GEMM rows) and, with `--e2e`,
-reads the per-row errors a `validate_e2e.py` run printed. Re-run it after any change that moves predictions and
-commit the file with the change.
+reads the per-row errors a `validate_e2e.py` run printed (without it, the existing file's e2e entries are kept and
+`generated.e2e_commit` names the commit they were measured at). Re-run it after any change that moves predictions
+and commit the file with the change.
 """
 
 from __future__ import annotations
@@ -96,13 +97,22 @@ def main() -> None:
     else:
         groups = kernel_groups(args.csv, args.quick)
         groups.update(tensix_groups(args.quick))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    e2e_commit = commit
     if args.e2e:
         groups.update(e2e_groups(args.e2e.read_text()))
+    elif PATH.exists():  # no new e2e report: the existing file's e2e entries stay, with the commit they came from
+        prev = json.loads(PATH.read_text())
+        kept = {k: e for k, e in prev.get("entries", {}).items() if k.startswith("e2e_inference/")}
+        groups.update({k: list(zip(e["row_ids"], [e["mape_pct"] / 100] * e["rows"], strict=True))
+                       for k, e in kept.items()})
+        gen = prev.get("generated", {})
+        e2e_commit = str(gen.get("e2e_commit", gen.get("commit", "unknown"))) if kept else commit
     entries = {k: {"mape_pct": round(100 * sum(e for _, e in v) / len(v), 2), "rows": len(v),
                    "row_ids": [i for i, _ in v]} for k, v in sorted(groups.items())}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     doc = {"generated": {"date": datetime.date.today().isoformat(), "commit": commit, "quick": args.quick,
-                         "by": "benchmarks/accuracy_report.py", "csv": str(args.csv or "published_dev.csv")},
+                         "by": "benchmarks/accuracy_report.py", "csv": str(args.csv or "published_dev.csv"),
+                         "e2e_commit": e2e_commit},
            "entries": entries}
     write_bytes_atomic(PATH, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
     print(f"wrote {PATH}: {len(entries)} groups in {time.time() - t0:.0f} s")
