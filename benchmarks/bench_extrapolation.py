@@ -60,6 +60,14 @@ def corpus() -> list[tuple[str, str, KernelCall]]:
     out.append(("attention prefill fa3 on sm100 h4 16384", "b200",
                 KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=4, heads_kv=4, seq_q=16384,
                                 seq_kv=16384, head_dim=128, causal=False, variant="fa3")))
+    for hw in GPUS:  # causal prefill: quadratic in the sequence (repeats.causal_attention_family); on B200
+        seq = 65536 if hw == "b200" else 32768  # FA4's 256-row tiles: 32k is too few query blocks to truncate
+        out.append((f"attention prefill causal h32x8 {seq}", hw,
+                    KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=32, heads_kv=8, seq_q=seq,
+                                    seq_kv=seq, head_dim=128, causal=True)))
+    out.append(("attention prefill causal h32x8 24000 window 4096", "h100-sxm",
+                KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=32, heads_kv=8, seq_q=24000,
+                                seq_kv=24000, head_dim=128, causal=True, window=4096)))
     for hw in ("h100-sxm", "b200"):
         out.append(("flashmla b16 h128 kv32768", hw,
                     KernelCall.make(KernelKind.MLA_DECODE, batch=16, heads_q=128, seq_q=1, seq_kv=32768)))

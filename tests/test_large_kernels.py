@@ -3,6 +3,8 @@ prompt are built without per-CTA Python rows and extrapolated, not simulated in 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -57,3 +59,60 @@ def test_uniform_attention_classes_are_the_rows_grouped_in_launch_order(shape: A
     assert len(kg.classes) == len(want)
     for c, (_, params) in zip(kg.classes, want):
         assert np.array_equal(c.params, params)
+
+
+CAUSAL = AttnShape(1, 64, 16, 8192, 8192, 128, True, DType.BF16)  # 64 query blocks of 128 on H100 (FA3)
+
+
+def _extrapolated(kg: Any, start: int) -> Any:
+    from torchsim.prediction.repeats import Extrapolator, causal_attention_family
+    from torchsim.sim import simulate
+
+    fam = causal_attention_family(kg, H100, start=start)
+    assert fam is not None and [(d.name, d.order) for d in fam.dims] == [("seq", 2)]
+    return Extrapolator(fam)(lambda g, share: simulate(g, H100))
+
+
+def test_causal_attention_is_extrapolated_as_a_quadratic_in_the_sequence() -> None:
+    from torchsim.sim import simulate
+
+    kg = attention(CAUSAL, H100)
+    ex = _extrapolated(kg, start=4)
+    assert ex.attrs["method"] == "extrapolated-seq" and "from 4,8,12,16,20" in ex.attrs["extrapolation"]
+    full = simulate(kg, H100)
+    assert ex.cycles == pytest.approx(full.cycles, rel=0.005)
+    assert ex.flops == full.flops and ex.ctas == full.ctas
+
+
+def test_causal_samples_that_disagree_fall_back_to_the_full_kernel() -> None:
+    # 8 heads: a sample of 4-20 query blocks is 32-160 CTAs on 132 SMs, its partial wave too large a share
+    from torchsim.sim import simulate
+
+    kg = attention(AttnShape(1, 8, 8, 8192, 8192, 128, True, DType.BF16), H100)
+    ex = _extrapolated(kg, start=4)
+    assert ex.attrs["method"] == "exact" and "(full)" in ex.attrs["extrapolation"]
+    assert ex.cycles == simulate(kg, H100).cycles
+
+
+def test_a_causal_call_family_describes_the_kernel_without_building_it() -> None:
+    from torchsim.lowering.kernel_call import KernelCall, KernelKind
+    from torchsim.prediction.repeats import causal_call_family, graph_events
+
+    call = KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=64, heads_kv=16, seq_q=8192, seq_kv=8192,
+                           head_dim=128, causal=True)
+    fam = causal_call_family(call, H100, start=4)
+    kg = attention(CAUSAL, H100)
+    assert fam is not None and (fam.name, fam.attrs, fam.flops, fam.ctas) == \
+        (kg.name, kg.attrs, kg.flops, sum(c.count for c in kg.classes))
+    assert fam.events == pytest.approx(graph_events(kg), rel=0.01)  # fitted from three samples' node counts
+    cross = KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=64, heads_kv=16, seq_q=2048,
+                            seq_kv=8192, head_dim=128, causal=True)  # a chunk against a longer cache: not the family
+    assert causal_call_family(cross, H100, start=4) is None
+
+
+def test_a_quadratic_dimension_is_checked() -> None:
+    from torchsim.prediction.repeats import Dim
+
+    with pytest.raises(ValueError, match="order must be 1"):
+        Dim("seq", 100, 4, order=3)
+    assert Dim("seq", 100, 10, order=2).cost([10, 20]) == pytest.approx(0.05)

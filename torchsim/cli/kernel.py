@@ -91,6 +91,13 @@ def positive(name: str, value: int | None) -> int:
     return int(value)
 
 
+def may_extrapolate(args: argparse.Namespace) -> bool:
+    """Whether the command may extrapolate a large kernel: not --exact, at the sustained clock, no node records
+    wanted (--parquet/--perfetto), all SMs."""
+    return not getattr(args, "exact", True) and str(getattr(args, "clock", "sustained")) == "sustained" \
+        and not wants_records(args) and args.sms is None
+
+
 def check_size(kernel: Any, args: argparse.Namespace) -> Any:
     """Refuse, before simulating, a kernel whose node executions exceed the limit (the error says how to lift it).
     Returns the kernel's repeating structure (a repeats.Family) when it is large and will be extrapolated."""
@@ -98,9 +105,7 @@ def check_size(kernel: Any, args: argparse.Namespace) -> Any:
     from torchsim.prediction.repeats import EXACT_EVENTS, family_of
 
     events, limit = graph_events(kernel), getattr(args, "max_events", None) or MAX_EVENTS
-    may_extrapolate = not getattr(args, "exact", True) and str(getattr(args, "clock", "sustained")) == "sustained" \
-        and not wants_records(args) and args.sms is None
-    family = family_of(kernel, get_profile(args.hw)) if may_extrapolate and events > min(limit, EXACT_EVENTS) \
+    family = family_of(kernel, get_profile(args.hw)) if may_extrapolate(args) and events > min(limit, EXACT_EVENTS) \
         else None
     if events > limit and family is None:
         raise UsageError(f"{kernel.name} would take {events:,} node executions to simulate (limit {limit:,}, about "
@@ -116,8 +121,10 @@ def emit_outputs(args: argparse.Namespace, launches: list[tuple[Any, KernelResul
 
 
 def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] | None = None,
-                   export: bool = True) -> KernelResult:
-    family = check_size(kernel, args)
+                   export: bool = True, family: Any = None) -> KernelResult:
+    """Simulate and report `kernel`; `family`: its repeating structure, found without the full kernel (then
+    `kernel` is a header graph, one of the family's samples named and attributed as the full kernel)."""
+    family = family or check_size(kernel, args)
     res = simulate_for(kernel, args, family)
     report(res, kernel, args, extra or {})
     if export:

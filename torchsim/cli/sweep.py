@@ -144,7 +144,7 @@ def _kernel_call(args: argparse.Namespace) -> Any:
         params["quant"] = args.quant
         dtype = parse(args.quant).mma_dtype(dtype)
     call = KernelCall.make(kind, dtype, name=f"sweep.{kind.value}", **params)
-    _check_params_used(call, [_param(item)[0] for item in args.param], args.hw)
+    _check_params_used(call, [_param(item)[0] for item in args.param], getattr(args, "hw", "h100-sxm"))
     return call
 
 

@@ -311,8 +311,9 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
     from torchsim.prediction import repeats
 
     try:
-        fam = repeats.gemm_call_family(call, hw) if max_events < EXACT else None
-        if fam is not None and fam.events > max_events and fam.dims:  # a large GEMM, never built in full
+        fam = repeats.unbuilt_family(call, hw) if max_events < EXACT else None
+        if fam is not None and fam.events > max_events and fam.dims:  # a large GEMM or causal attention, never
+            # built in full (unless its samples disagree)
             res = repeats.simulate_kernel(fam, hw, exact_events=max_events)
             return (_from_result(fam, res, fam.events),)
         kgs = build_kernels(call, hw)

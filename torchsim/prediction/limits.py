@@ -78,7 +78,7 @@ def call_events(call: KernelCall, hw: Any, max_events: int) -> int:
     if call.kind is KernelKind.GEMM:
         _check_gemm_tiles(call)
     try:
-        fam = repeats.gemm_call_family(call, hw)  # a GPU GEMM: counted from its family, never built in full
+        fam = repeats.unbuilt_family(call, hw)  # a GPU GEMM or causal prefill: counted from its family
         if fam is not None:
             n = repeats.sample_events(fam) if max_events < EXACT and fam.events > max_events and fam.dims \
                 else fam.events

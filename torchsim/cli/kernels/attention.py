@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from torchsim.cli import UsageError, int_in
-from torchsim.cli.kernel import add_common, positive, run_and_report
+from torchsim.cli.kernel import add_common, may_extrapolate, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.attention import attention
@@ -109,6 +109,18 @@ def _run(args: argparse.Namespace) -> int:
     cfg = replace(cfg, bm=positive("block-m", args.block_m) if args.block_m is not None else cfg.bm,
                   bn=positive("block-n", args.block_n) if args.block_n is not None else cfg.bn,
                   stages=positive("stages", args.stages) if args.stages is not None else cfg.stages)
+    if seqs is None and shape.causal and may_extrapolate(args):  # a long causal prompt: its CTA classes take a
+        from torchsim.lowering.templates.attention_config import kv_span  # minute to write at 128k, not needed
+        from torchsim.prediction.repeats import EXACT_EVENTS, causal_shape_family
+
+        fam = causal_shape_family(shape, cfg, hw)
+        if fam is not None and fam.events > EXACT_EVENTS:
+            sample = fam.build({"seq": fam.dims[0].start})
+            header = replace(sample, name=fam.name, attrs=fam.attrs, flops=fam.flops, dram_bytes=shape.io_bytes())
+            classes = len({kv_span(shape, cfg.bm, cfg.bn, m)[:2] for m in range(fam.dims[0].full)})
+            run_and_report(header, args, {"cta_classes": classes, "query_blocks": fam.attrs["query_blocks"]},
+                           family=fam)
+            return 0
     kg = attention(shape, hw, cfg, seqs=seqs)
     run_and_report(kg, args, {"cta_classes": len(kg.classes), "query_blocks": kg.attrs["query_blocks"]})
     return 0

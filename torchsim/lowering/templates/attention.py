@@ -77,30 +77,41 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
                           tmem_accumulators=tmem, **window)
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
+    varlen_blocks = sum(len(spans_of[s.seq_q, s.seq_kv]) for s in per_seq) if seqs is not None else 0
+    name, flops, dram_bytes, attrs = attention_header(shape, cfg, hw, per_seq if seqs is not None else None,
+                                                      varlen_blocks)
+    return KernelGraph(name=name, classes=tuple(classes), flops=flops, dram_bytes=dram_bytes, attrs=attrs)
+
+
+def attention_header(shape: AttnShape, cfg: AttnConfig, hw: GpuProfile, per_seq: Sequence[AttnShape] | None = None,
+                     varlen_blocks: int = 0) -> tuple[str, float, float, dict[str, Any]]:
+    """(name, FLOPs, DRAM bytes, attrs) of the kernel `attention(shape, hw, cfg)` builds, without its CTAs (a
+    causal 128k prompt's classes take a minute to write); `per_seq` and `varlen_blocks`: a varlen kernel's
+    sequences and query blocks."""
     v = cfg.variant.value
+    tmem = tmem_accumulators(cfg.variant, hw)
     mblocks = math.ceil(shape.seq_q / cfg.bm)
     name = f"attention_{v}_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
     varlen: dict[str, Any] = {}
-    if seqs is not None:
+    if per_seq is not None:
         tq, tkv = sum(s.seq_q for s in per_seq), sum(s.seq_kv for s in per_seq)
         name = (f"attention_{v}_varlen{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{tq}_kv{tkv}"
                 f"_max{shape.seq_q}x{shape.seq_kv}")
-        mblocks = sum(len(spans_of[s.seq_q, s.seq_kv]) for s in per_seq)
+        mblocks = varlen_blocks
         varlen = {"varlen": True, "total_q": tq, "total_kv": tkv}
-    return KernelGraph(
-        name=name + f"_d{shape.head_dim}" + ("_causal" if shape.causal else "")
-             + (f"_window{shape.binding_window}" if shape.binding_window else ""),
-        classes=tuple(classes), flops=sum(s.flops() for s in per_seq) if seqs is not None else shape.flops(),
-        dram_bytes=sum(s.io_bytes() for s in per_seq) if seqs is not None else shape.io_bytes(),
-        attrs={"template": f"attention/{v}", "variant": v, "bm": cfg.bm, "bn": cfg.bn, "stages": cfg.stages,
-               "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
-               "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
-               "dtype": shape.dtype.name.lower(), "query_blocks": mblocks, **varlen,
-               **({"window": shape.binding_window} if shape.binding_window else {}),
-               **({"softcap": shape.softcap} if shape.softcap else {}),  # (truncated instances rebuild it)
-               # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
-               **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})},
-    )
+    name += f"_d{shape.head_dim}" + ("_causal" if shape.causal else "") \
+        + (f"_window{shape.binding_window}" if shape.binding_window else "")
+    flops = sum(s.flops() for s in per_seq) if per_seq is not None else shape.flops()
+    dram_bytes = sum(s.io_bytes() for s in per_seq) if per_seq is not None else shape.io_bytes()
+    attrs = {"template": f"attention/{v}", "variant": v, "bm": cfg.bm, "bn": cfg.bn, "stages": cfg.stages,
+             "batch": shape.batch, "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "seq_q": shape.seq_q,
+             "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "causal": shape.causal,
+             "dtype": shape.dtype.name.lower(), "query_blocks": mblocks, **varlen,
+             **({"window": shape.binding_window} if shape.binding_window else {}),
+             **({"softcap": shape.softcap} if shape.softcap else {}),  # (truncated instances rebuild it)
+             # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
+             **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})}
+    return name, flops, dram_bytes, attrs
 
 
 def _uniform_classes(shape: AttnShape, spans: list[tuple[int, int, int]], names: tuple[str, ...],
