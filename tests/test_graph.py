@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,34 @@ def test_template_sharing_keeps_nodes_independent_of_cta_count() -> None:
     assert big.num_ctas == 64 * small.num_ctas
     nodes = lambda kg: sum(c.graph.num_nodes for c in kg.classes)  # noqa: E731
     assert nodes(big) == nodes(small)
+
+
+def _mutated(mutate: Any) -> str:
+    import json
+
+    obj = json.loads(gemm(256, 256, 256, DType.BF16, get_profile("h100-sxm")).dumps())
+    mutate(obj)
+    return json.dumps(obj)
+
+
+def _cls(o: dict[str, Any]) -> dict[str, Any]:
+    return o["classes"][0]
+
+
+@pytest.mark.parametrize(("mutate", "words"), [
+    (lambda o: o.__setitem__("flopz", 1), ["unknown field 'flopz'", "did you mean 'flops'"]),
+    (lambda o: _cls(o).__setitem__("thread", 1), ["CTA class 0", "unknown field 'thread'", "'threads'"]),
+    (lambda o: _cls(o)["graph"]["nodes"][0].__setitem__("wrk", 1), ["node 0", "unknown field 'wrk'", "'work'"]),
+    (lambda o: o.__setitem__("flops", float("nan")), ["flops must be a finite number >= 0", "nan"]),
+    (lambda o: o.__setitem__("dram_bytes", -1), ["dram_bytes must be a finite number >= 0"]),
+    (lambda o: o.__setitem__("flops", True), ["flops must be", "True"]),
+    (lambda o: o.__setitem__("name", 5), ["name must be a string"]),
+    (lambda o: _cls(o).__setitem__("params", []), ["CTA class 0", "params lists no CTA"]),
+    (lambda o: _cls(o).__setitem__("smem_bytes", -5), ["smem_bytes must be null or a whole number >= 0"]),
+    (lambda o: _cls(o).__setitem__("regs_per_thread", 0), ["regs_per_thread must be a whole number > 0"]),
+], ids=["kernel-field", "class-field", "node-field", "nan-flops", "negative-bytes", "bool-flops", "name",
+        "no-ctas", "negative-smem", "zero-regs"])
+def test_loaded_kernel_graphs_are_checked_field_by_field(mutate: Any, words: list[str]) -> None:
+    with pytest.raises(GraphError) as err:
+        KernelGraph.loads(_mutated(mutate))
+    assert all(w in str(err.value) for w in words), str(err.value)

@@ -6,7 +6,9 @@ Hot data are numpy arrays (node op, unit, group, work; CSR successor lists). A `
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +36,24 @@ def _reading(what: str) -> Iterator[None]:
 
 class GraphError(ValueError):
     """A tile graph is malformed; the message names the node (and template) at fault."""
+
+
+def _check_fields(obj: Any, allowed: tuple[str, ...], what: str) -> None:
+    """A JSON object of `what` has only the fields `allowed` (a misspelt one is named, with the nearest)."""
+    if not isinstance(obj, dict):
+        raise GraphError(f"{what}: expected a JSON object, got {type(obj).__name__}")
+    for key in obj:
+        if key not in allowed:
+            near = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise GraphError(f"{what}: unknown field {key!r}; {hint}fields: {', '.join(allowed)}")
+
+
+def _amount(value: Any, field_name: str, what: str) -> float:
+    """A finite, non-negative number (FLOPs, bytes) of a JSON object."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise GraphError(f"{what}: {field_name} must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +206,10 @@ class TileGraph:
 
     @classmethod
     def _from_json(cls, obj: dict[str, Any]) -> TileGraph:
+        what = f"template {obj.get('name', '?') if isinstance(obj, dict) else '?'!r}"
+        _check_fields(obj, GRAPH_FIELDS, what)
+        for i, d in enumerate(obj["nodes"]):
+            _check_fields(d, NODE_FIELDS, f"{what}, node {i}")
         for e in obj["edges"]:
             if len(e) != 3 or any(isinstance(x, bool) or not isinstance(x, int) for x in e[:2]):
                 raise GraphError(f"edge {e!r} is not [source node, destination node, kind] with whole-number nodes")
@@ -242,6 +266,12 @@ class CtaClass:
         return int(self.smem_bytes if self.smem_bytes is not None else self.graph.smem_bytes())
 
 
+GRAPH_FIELDS = ("name", "dtype", "attrs", "groups", "nodes", "tiles", "barriers", "edges")
+NODE_FIELDS = ("name", "op", "unit", "group", "work", "tile", "barrier", "phase", "smem_io")
+KERNEL_FIELDS = ("name", "classes", "flops", "dram_bytes", "attrs")
+CLASS_FIELDS = ("graph", "params", "param_names", "threads", "regs_per_thread", "smem_bytes")
+
+
 @dataclass(frozen=True, eq=False)
 class KernelGraph:
     """A kernel launch: its CTA classes (launched in order) and what the template says about its work."""
@@ -291,12 +321,27 @@ class KernelGraph:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> KernelGraph:
-        classes = tuple(
-            CtaClass(TileGraph.from_json(c["graph"]),
-                     np.array(c["params"], dtype=np.int64).reshape(-1, len(c["param_names"])),
-                     tuple(c["param_names"]), c["threads"], c["regs_per_thread"], c["smem_bytes"])
-            for c in obj["classes"])
-        kg = cls(obj["name"], classes, obj["flops"], obj["dram_bytes"], dict(obj.get("attrs", {})))
+        what = f"kernel {obj.get('name', '?') if isinstance(obj, dict) else '?'!r}"
+        _check_fields(obj, KERNEL_FIELDS, what)
+        if not isinstance(obj["name"], str):
+            raise GraphError(f"{what}: name must be a string, got {obj['name']!r}")
+        classes = []
+        for i, c in enumerate(obj["classes"]):
+            where = f"{what}, CTA class {i}"
+            _check_fields(c, CLASS_FIELDS, where)
+            for name in ("threads", "regs_per_thread"):
+                if isinstance(c[name], bool) or not isinstance(c[name], int) or c[name] <= 0:
+                    raise GraphError(f"{where}: {name} must be a whole number > 0, got {c[name]!r}")
+            smem = c["smem_bytes"]
+            if smem is not None and (isinstance(smem, bool) or not isinstance(smem, int) or smem < 0):
+                raise GraphError(f"{where}: smem_bytes must be null or a whole number >= 0, got {smem!r}")
+            if not c["params"]:
+                raise GraphError(f"{where}: params lists no CTA (one row of {len(c['param_names'])} values per CTA)")
+            classes.append(CtaClass(TileGraph.from_json(c["graph"]),
+                                    np.array(c["params"], dtype=np.int64).reshape(-1, len(c["param_names"])),
+                                    tuple(c["param_names"]), c["threads"], c["regs_per_thread"], smem))
+        kg = cls(obj["name"], tuple(classes), _amount(obj["flops"], "flops", what),
+                 _amount(obj["dram_bytes"], "dram_bytes", what), dict(obj.get("attrs", {})))
         kg.validate()
         return kg
 
