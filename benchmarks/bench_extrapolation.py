@@ -65,6 +65,9 @@ def corpus() -> list[tuple[str, str, KernelCall]]:
         out.append((f"attention prefill causal h32x8 {seq}", hw,
                     KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=32, heads_kv=8, seq_q=seq,
                                     seq_kv=seq, head_dim=128, causal=True)))
+    out.append(("attention prefill causal h32x32 32768", "h100-sxm",  # MHA: 4x the K/V in flight and in L2
+                KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=32, heads_kv=32, seq_q=32768,
+                                seq_kv=32768, head_dim=128, causal=True)))
     out.append(("attention prefill causal h32x8 24000 window 4096", "h100-sxm",
                 KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=32, heads_kv=8, seq_q=24000,
                                 seq_kv=24000, head_dim=128, causal=True, window=4096)))

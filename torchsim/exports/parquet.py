@@ -116,7 +116,8 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
     Column("roofline_fallback", pa.bool_(), "true when no template simulated it and a roofline estimate stands in",
            lambda r, k: k.roofline_fallback, False),
     Column("method", pa.string(), "how the duration was obtained: exact (simulated in full), extrapolated-<dims> "
-           "(truncated instances of the repeating dimensions waves, k or kv, torchsim.prediction.repeats), "
+           "(truncated instances of the repeating dimensions waves, k, kv or seq (a causal prefill, quadratic), "
+           "torchsim.prediction.repeats), "
            "roofline: <why>, interpolated-<dim> (a call between simulated calls that differ only in that size: "
            "kv_blocks, m; torchsim.prediction.reuse), interpolated from decode steps A and B", lambda r, k: k.method),
     Column("tp_ranks", pa.int32(), "tensor-parallel GPUs the run spans (1: one GPU)", lambda r, k: r.ranks, False),
