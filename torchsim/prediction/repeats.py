@@ -51,8 +51,8 @@ class Dim:
     start: int
     step: int = 0  # spacing of the samples (0: = start)
     # 1: the kernel's counters are affine in the repeats past the start (a main loop, waves of a grid); 2: they
-    # are quadratic (causal attention, whose work grows with the square of the sequence): fitted through three
-    # samples and checked against the fit through the next three
+    # are quadratic (causal attention, whose work grows with the square of the sequence): least-squares fits
+    # over five samples (Extrapolator._extrapolate_quadratic)
     order: int = 1
     target: float = 0.0  # the full size in the fit's units when it is not a whole number of repeats (0: full)
 
@@ -449,14 +449,6 @@ def gemm_call_config(call: Any, hw: Any) -> Any:
     return cfg
 
 
-def gemm_attrs(m: int, n: int, k: int, dtype: DType, cfg: Any, epilogue: Any, batch: int,
-               shared_b: bool = True) -> dict[str, Any]:
-    return {"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
-            "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
-            "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch,
-            **({"shared_b": shared_b} if batch > 1 else {}), **({"quant": cfg.quant} if cfg.quant else {})}
-
-
 def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
     """The family of a GPU GEMM graph built by torchsim.lowering.templates.gemm, from its attrs (its config)."""
     from dataclasses import replace as dc_replace
@@ -481,12 +473,23 @@ def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
     return fam if fam.ctas == sum(c.count for c in kg.classes) else None  # e.g. --tiles-per-cta: another grid
 
 
+def _attn_shape(a: dict[str, Any], causal: bool) -> Any:
+    """The attention shape a kernel's attrs describe; the truncated instances keep its soft-capping and, causal,
+    its sliding window."""
+    from torchsim.lowering.templates.attention_config import AttnShape
+
+    return AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
+                     int(a["head_dim"]), causal, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0),
+                     window=int(a.get("window", 0) or 0) if causal else 0,
+                     softcap=float(a.get("softcap", 0.0) or 0.0))
+
+
 def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None:
     """Non-causal FlashAttention prefill: waves of identical CTAs x K/V blocks of each CTA's main loop."""
     from dataclasses import replace as dc_replace
 
     from torchsim.lowering.templates.attention import attention
-    from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant, default_config
+    from torchsim.lowering.templates.attention_config import AttnVariant, default_config
 
     a = kg.attrs
     if str(a.get("template", "")).startswith("attention/") and a.get("causal") and not a.get("varlen"):
@@ -494,9 +497,7 @@ def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None
     if not str(a.get("template", "")).startswith("attention/") or a.get("causal") or len(kg.classes) != 1 \
             or a.get("varlen"):  # a varlen kernel's sequences are not the uniform shape its attrs would rebuild
         return None
-    shape = AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
-                      int(a["head_dim"]), False, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0),
-                      softcap=float(a.get("softcap", 0.0) or 0.0))  # the truncated instances keep the soft-capping
+    shape = _attn_shape(a, causal=False)
     if cfg is None:
         cfg = dc_replace(default_config(shape, hw, AttnVariant.parse(str(a["variant"]))), bm=int(a["bm"]),
                          bn=int(a["bn"]), stages=int(a["stages"]))
@@ -534,14 +535,12 @@ def causal_attention_family(kg: KernelGraph, hw: Any, cfg: Any = None, start: in
     CTAs), then twice as far apart, until the fits agree."""
     from dataclasses import replace as dc_replace
 
-    from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant, default_config
+    from torchsim.lowering.templates.attention_config import AttnVariant, default_config
 
     a = kg.attrs
     if int(a["seq_q"]) != int(a["seq_kv"]):  # a causal chunk against a longer cache: not this family
         return None
-    shape = AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
-                      int(a["head_dim"]), True, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0),
-                      window=int(a.get("window", 0) or 0), softcap=float(a.get("softcap", 0.0) or 0.0))
+    shape = _attn_shape(a, causal=True)
     if cfg is None:
         cfg = dc_replace(default_config(shape, hw, AttnVariant.parse(str(a["variant"]))), bm=int(a["bm"]),
                          bn=int(a["bn"]), stages=int(a["stages"]))
@@ -597,10 +596,9 @@ def _causal_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph
     dim = Dim("seq", blocks, start, start, order=2, target=shape.seq_q / cfg.bm)
     if not _windows(dim):
         return None
-    small = [build({"seq": j * start}) for j in (1, 2, 3)]
-    if events is None:  # the full kernel's node executions from the samples' (quadratic in the query blocks)
-        fit = _lsq_quad([{"events": float(graph_events(g))} for g in small], (start, 2 * start, 3 * start),
-                        dim.target)
+    if events is None:  # the full kernel's node executions from three samples' (quadratic in the query blocks)
+        xs = (start, 2 * start, 3 * start)
+        fit = _lsq_quad([{"events": float(graph_events(build({"seq": j})))} for j in xs], xs, dim.target)
         events = int(fit["events"])
     name, flops, _, attrs = attention_header(shape, cfg, hw)
     ctas = shape.batch * shape.heads_q * blocks
@@ -619,12 +617,13 @@ def _causal_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph
             return 1.0
         return min(1.0, (inflight + (l2 - inflight) * sizes.get("seq", blocks) / dim.target) / l2)
 
-    return Family("attention", (dim,), build, events, flops, name, ctas, small[0].classes[0].graph.dtype, attrs,
+    return Family("attention", (dim,), build, events, flops, name, ctas, probe.classes[0].graph.dtype, attrs,
                   l2_share)
 
 
 def sample_events(fam: Family) -> float:
-    """Node executions the truncated instances take (3 samples of a, a + s, a + 2s per dimension), roughly."""
+    """Node executions the truncated instances take (per dimension 3 samples a, a + s, a + 2s; a quadratic one's
+    5 samples a .. 5a), roughly."""
     frac = 1.0
     for d in fam.dims:
         if d.order == 2:
@@ -693,10 +692,13 @@ def gemm_call_family(call: Any, hw: Any) -> Family | None:
     if call.kind is not KernelKind.GEMM or _is_tensix(hw):
         return None
     m, n, k, batch = call.p("m"), call.p("n"), call.p("k"), call.p("batch", 1)
+    from torchsim.lowering.templates.gemm import gemm_attrs
+
     cfg = gemm_call_config(call, hw)
     epi = Epilogue.parse(call.p("epilogue", "none"))
-    return gemm_family(m, n, k, call.dtype, hw, cfg, epi, batch, bool(call.p("shared_b", True)),
-                       gemm_attrs(m, n, k, call.dtype, cfg, epi, batch, bool(call.p("shared_b", True))))
+    shared_b = bool(call.p("shared_b", True))
+    return gemm_family(m, n, k, call.dtype, hw, cfg, epi, batch, shared_b,
+                       gemm_attrs(m, n, k, call.dtype, cfg, epi, batch, shared_b))
 
 
 def unbuilt_family(call: Any, hw: Any) -> Family | None:

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit
 from torchsim.hwmodels.gpu import Arch, GpuProfile
@@ -91,15 +92,19 @@ def gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, cfg: GemmConfig |
         b_bytes = (1 if shared_b else batch) * fmt.weight_bytes(k, n)
         a_bytes += batch * fmt.act_scale_bytes(m, k)
     c_bytes = batch * m * n * out_dtype.nbytes * (2 if epilogue is Epilogue.RESIDUAL else 1)
-    attrs = {"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
-             "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
-             "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch}
-    if batch > 1:  # one weight for all batches (a linear layer) or one B per batch (bmm): different B traffic
-        attrs["shared_b"] = shared_b
-    if fmt is not None:
-        attrs["quant"] = fmt.name
     return KernelGraph(name=f"gemm_{m}x{n}x{k}", classes=tuple(classes), flops=2.0 * batch * m * n * k,
-                       dram_bytes=a_bytes + b_bytes + c_bytes, attrs=attrs)
+                       dram_bytes=a_bytes + b_bytes + c_bytes,
+                       attrs=gemm_attrs(m, n, k, dtype, cfg, epilogue, batch, shared_b))
+
+
+def gemm_attrs(m: int, n: int, k: int, dtype: DType, cfg: GemmConfig, epilogue: Epilogue, batch: int,
+               shared_b: bool) -> dict[str, Any]:
+    """The attrs of the kernel `gemm` builds (also what torchsim.prediction.repeats gives a GEMM it never builds)."""
+    return {"template": f"gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
+            "stages": cfg.stages, "persistent": cfg.persistent, "b_split": cfg.b_split, "split_k": cfg.split_k,
+            "epilogue": epilogue.value, "dtype": dtype.name.lower(), "m": m, "n": n, "k": k, "batch": batch,
+            # one weight for all batches (a linear layer) or one B per batch (bmm): different B traffic
+            **({"shared_b": shared_b} if batch > 1 else {}), **({"quant": cfg.quant} if cfg.quant else {})}
 
 
 def _regs(cfg: GemmConfig) -> int:
