@@ -116,3 +116,29 @@ def test_a_quadratic_dimension_is_checked() -> None:
     with pytest.raises(ValueError, match="order must be 1"):
         Dim("seq", 100, 4, order=3)
     assert Dim("seq", 100, 10, order=2).cost([10, 20]) == pytest.approx(0.05)
+
+
+def test_kernel_gemm_extrapolates_a_large_gemm_without_building_it(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # the command reports what extrapolating the full graph gives (same time, name, FLOPs, DRAM bytes, datapath
+    # fill), but builds only the truncated instances: the full template is never called
+    import json
+
+    import torchsim.cli.kernels.gemm as cli_gemm
+    from torchsim.cli import main
+
+    m, n, k = 2048, 2048, 16384
+    kg = gemm(m, n, k, DType.BF16, H100)
+    want = simulate_kernel(kg, H100)
+    assert want.attrs["method"].startswith("extrapolated")
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the full GEMM graph was built")
+
+    monkeypatch.setattr(cli_gemm, "gemm", refuse)
+    assert main(["kernel", "gemm", "--m", str(m), "--n", str(n), "--k", str(k), "--hw", "h100-sxm", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["method"] == want.attrs["method"] and d["kernel"] == kg.name
+    assert d["cycles"] == want.cycles and d["tflops"] == pytest.approx(kg.flops / want.time_s / 1e12)
+    assert d["tensor_datapath_fill"] == pytest.approx(kg.tensor_datapath_fill(), rel=1e-6)
+    assert d["config"]["k"] == k and d["output_tiles"] == 16 * 8

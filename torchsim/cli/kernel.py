@@ -124,15 +124,27 @@ def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] 
                    export: bool = True, family: Any = None) -> KernelResult:
     """Simulate and report `kernel`; `family`: its repeating structure, found without the full kernel (then
     `kernel` is a header graph, one of the family's samples named and attributed as the full kernel)."""
+    header = family is not None
     family = family or check_size(kernel, args)
     res = simulate_for(kernel, args, family)
-    report(res, kernel, args, extra or {})
+    report(res, kernel, args, extra or {}, header)
     if export:
         emit_outputs(args, [(kernel, res)])
     return res
 
 
-def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict[str, Any]) -> None:
+def _extrapolated_fill(res: KernelResult, hw: Any, kernel: Any) -> float | None:
+    """The datapath fill of a kernel never built in full: its FLOPs per FLOP of tensor-datapath work, the work
+    extrapolated with the rest of the result (busy fraction x cycles x the datapath rate x SMs)."""
+    busy = res.unit_busy.get("tensor", 0.0)
+    rate = hw.tensor_flop_per_clk_per_sm(kernel.classes[0].graph.dtype)
+    work = busy * res.cycles * rate * int(res.attrs.get("sms", hw.sms))
+    return res.flops / work if work > 0 and res.flops > 0 else None
+
+
+def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict[str, Any],
+           header: bool = False) -> None:
+    """Print (or --json) the result `res` of `kernel` (`header`: a header graph, whose CTAs are a sample's)."""
     hw = get_profile(args.hw)
     peak = hw.peak_tensor_flops_per_s(kernel.classes[0].graph.dtype) if hasattr(hw, "peak_tensor_flops_per_s") else 0
     out = {
@@ -147,7 +159,8 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         "config": {k: v for k, v in kernel.attrs.items() if k != "template"}, **extra,
         "sim_wall_s": res.attrs.get("wall_s"), "node_events": res.node_events,
         "method": res.attrs.get("method", "exact"), "extrapolation": res.attrs.get("extrapolation", ""),
-        "tensor_datapath_fill": kernel.tensor_datapath_fill() if hasattr(kernel, "tensor_datapath_fill") else None,
+        "tensor_datapath_fill": _extrapolated_fill(res, hw, kernel) if header else
+        kernel.tensor_datapath_fill() if hasattr(kernel, "tensor_datapath_fill") else None,
     }
     from torchsim.validation import accuracy
 

@@ -7,14 +7,14 @@ import argparse
 from typing import Any
 
 from torchsim.cli import UsageError, add_quant_option, int_in
-from torchsim.cli.kernel import MAX_EVENTS, add_common, positive, run_and_report
+from torchsim.cli.kernel import MAX_EVENTS, add_common, may_extrapolate, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.hwmodels.gpu import Arch
 from torchsim.hwmodels.tensix.formats import MathFidelity
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.templates.gemm import gemm
-from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config
+from torchsim.lowering.templates.gemm import checked_config, gemm, gemm_attrs, gemm_io_bytes
+from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config, quant_format
 from torchsim.lowering.templates.tensix import build_tensix_kernel
 from torchsim.lowering.templates.tiling import work_units
 from torchsim.lowering.templates.tune import describe
@@ -120,11 +120,37 @@ def _run(args: argparse.Namespace) -> int:
     if changes:
         from dataclasses import replace
         cfg = replace(cfg, **changes)
-    kg = gemm(args.m, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), batch=args.batch,
-              tiles_per_cta=args.tiles_per_cta, quant=quant)
-    units = len(work_units(args.batch, args.m, args.n, args.k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, 8))
-    run_and_report(kg, args, {"output_tiles": units})
+    _build_and_report(args, hw, dtype, cfg, quant, {})
     return 0
+
+
+def _build_and_report(args: argparse.Namespace, hw: Any, dtype: DType, cfg: GemmConfig, quant: str,
+                      extra: dict[str, Any]) -> None:
+    """Simulate and report the GEMM of `args` with `cfg`. One that will be extrapolated is never built in full
+    (a 16384^3 graph takes seconds to write): its repeats family builds the truncated instances, and the report
+    names the full kernel (a header graph: the smallest sample, with the full kernel's name, attrs, FLOPs and
+    DRAM bytes)."""
+    epi = Epilogue.parse(args.epilogue)
+    units = len(work_units(args.batch, args.m, args.n, args.k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, 8))
+    extra = {"output_tiles": units, **extra}
+    if args.tiles_per_cta is None and may_extrapolate(args):
+        from dataclasses import replace
+
+        from torchsim.prediction.repeats import EXACT_EVENTS, gemm_family
+
+        full = checked_config(args.m, args.n, args.k, dtype, hw, cfg, args.batch, quant)
+        attrs = gemm_attrs(args.m, args.n, args.k, dtype, full, epi, args.batch, False)
+        fam = gemm_family(args.m, args.n, args.k, dtype, hw, full, epi, args.batch, False, attrs)
+        limit = args.max_events or MAX_EVENTS
+        if fam.dims and fam.events > min(limit, EXACT_EVENTS):
+            sample = fam.build({d.name: d.start for d in fam.dims})
+            io = gemm_io_bytes(args.m, args.n, args.k, dtype, args.batch, False, quant_format(full.quant), epi)
+            header = replace(sample, name=fam.name, attrs=attrs, flops=fam.flops, dram_bytes=io)
+            run_and_report(header, args, extra, family=fam)
+            return
+    kg = gemm(args.m, args.n, args.k, dtype, hw, cfg, epi, batch=args.batch, tiles_per_cta=args.tiles_per_cta,
+              quant=quant)
+    run_and_report(kg, args, extra)
 
 
 def _run_tuned(args: argparse.Namespace, hw: Any, dtype: DType) -> int:
@@ -143,10 +169,7 @@ def _run_tuned(args: argparse.Namespace, hw: Any, dtype: DType) -> int:
     out = sys.stderr if args.json else sys.stdout
     for line in tune_table(res):
         print(line, file=out)
-    kg = gemm(args.m, args.n, args.k, dtype, hw, res.best, epi, batch=args.batch)
-    cfg = res.best
-    units = len(work_units(args.batch, args.m, args.n, args.k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, 8))
-    run_and_report(kg, args, {"output_tiles": units, "tune": res.as_dict()})
+    _build_and_report(args, hw, dtype, res.best, "", {"tune": res.as_dict()})
     return 0
 
 

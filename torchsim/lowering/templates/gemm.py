@@ -65,6 +65,27 @@ def gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, cfg: GemmConfig |
     `quant`: B (the weights) in a quantised format (torchsim.lowering.quant; `dtype` is then the MMA dtype: the
     model's for weight-only formats, the format's for W8A8/FP8/FP4); a given `cfg` must name the same format.
     """
+    cfg = checked_config(m, n, k, dtype, hw, cfg, batch, quant)
+    fmt = quant_format(cfg.quant)
+    out_dtype = gemm_out_dtype(dtype)
+    units = work_units(batch, m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, cfg.raster_group, shared_b)
+    grid = None
+    if cfg.persistent:
+        grid = math.ceil(len(units) / tiles_per_cta) if tiles_per_cta else hw.sms
+    classes = []
+    for plan in cta_classes(units, grid):
+        graph = _write_cta(plan, cfg, dtype, out_dtype, epilogue, hw)
+        classes.append(CtaClass(graph, plan.params, plan.names, threads=cfg.threads(),
+                                regs_per_thread=_regs(cfg), smem_bytes=cfg.smem_bytes(dtype)))
+    return KernelGraph(name=f"gemm_{m}x{n}x{k}", classes=tuple(classes), flops=2.0 * batch * m * n * k,
+                       dram_bytes=gemm_io_bytes(m, n, k, dtype, batch, shared_b, fmt, epilogue),
+                       attrs=gemm_attrs(m, n, k, dtype, cfg, epilogue, batch, shared_b))
+
+
+def checked_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, cfg: GemmConfig | None = None,
+                   batch: int = 1, quant: str = "") -> GemmConfig:
+    """The configuration `gemm` builds with: `cfg` (default: the profile's default for the shape) checked against
+    the shape, the quantisation and `hw`, its tiles shrunk to fit shared memory when they do not."""
     check_dims(m=m, n=n, k=k, batch=batch)
     fmt = quant_format(quant or (cfg.quant if cfg is not None else ""))
     if fmt is not None:
@@ -76,25 +97,20 @@ def gemm(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, cfg: GemmConfig |
         raise ValueError(f"GEMM config quant={cfg.quant!r} differs from quant={quant!r}")
     if cfg.smem_bytes(dtype) > hw.smem_per_cta_bytes.value:
         cfg = fit_config(cfg, m, n, k, dtype, hw, batch)
-    out_dtype = gemm_out_dtype(dtype)
-    units = work_units(batch, m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, cfg.raster_group, shared_b)
-    grid = None
-    if cfg.persistent:
-        grid = math.ceil(len(units) / tiles_per_cta) if tiles_per_cta else hw.sms
-    classes = []
-    for plan in cta_classes(units, grid):
-        graph = _write_cta(plan, cfg, dtype, out_dtype, epilogue, hw)
-        classes.append(CtaClass(graph, plan.params, plan.names, threads=cfg.threads(),
-                                regs_per_thread=_regs(cfg), smem_bytes=cfg.smem_bytes(dtype)))
+    return cfg
+
+
+def gemm_io_bytes(m: int, n: int, k: int, dtype: DType, batch: int, shared_b: bool, fmt: QuantFormat | None,
+                  epilogue: Epilogue) -> float:
+    """The DRAM bytes a GEMM must move at least: A, B (in its quantised format, with the scales) and C (read
+    again for a residual epilogue)."""
     a_bytes = batch * m * k * dtype.nbytes
     b_bytes = (1 if shared_b else batch) * k * n * dtype.nbytes
     if fmt is not None:  # the format's weights and scales (+ the activations' block scales)
         b_bytes = (1 if shared_b else batch) * fmt.weight_bytes(k, n)
         a_bytes += batch * fmt.act_scale_bytes(m, k)
-    c_bytes = batch * m * n * out_dtype.nbytes * (2 if epilogue is Epilogue.RESIDUAL else 1)
-    return KernelGraph(name=f"gemm_{m}x{n}x{k}", classes=tuple(classes), flops=2.0 * batch * m * n * k,
-                       dram_bytes=a_bytes + b_bytes + c_bytes,
-                       attrs=gemm_attrs(m, n, k, dtype, cfg, epilogue, batch, shared_b))
+    return float(a_bytes + b_bytes + batch * m * n * gemm_out_dtype(dtype).nbytes
+                 * (2 if epilogue is Epilogue.RESIDUAL else 1))
 
 
 def gemm_attrs(m: int, n: int, k: int, dtype: DType, cfg: GemmConfig, epilogue: Epilogue, batch: int,
