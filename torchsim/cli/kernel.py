@@ -133,13 +133,23 @@ def run_and_report(kernel: Any, args: argparse.Namespace, extra: dict[str, Any] 
     return res
 
 
+def header_graph(family: Any, dram_bytes: float) -> Any:
+    """The graph `run_and_report` reports for a kernel never built in full: the family's smallest sample,
+    named and attributed as the full kernel (its FLOPs and `dram_bytes`)."""
+    sample = family.build({d.name: d.start for d in family.dims})
+    return replace(sample, name=family.name, attrs=family.attrs, flops=family.flops, dram_bytes=dram_bytes)
+
+
 def _extrapolated_fill(res: KernelResult, hw: Any, kernel: Any) -> float | None:
     """The datapath fill of a kernel never built in full: its FLOPs per FLOP of tensor-datapath work, the work
-    extrapolated with the rest of the result (busy fraction x cycles x the datapath rate x SMs)."""
-    busy = res.unit_busy.get("tensor", 0.0)
-    rate = hw.tensor_flop_per_clk_per_sm(kernel.classes[0].graph.dtype)
-    work = busy * res.cycles * rate * int(res.attrs.get("sms", hw.sms))
-    return res.flops / work if work > 0 and res.flops > 0 else None
+    extrapolated with the rest of the result (the power model's count of it: torchsim.hwmodels.power.work_of)."""
+    from torchsim.hwmodels.power import work_of
+
+    if res.cycles <= 0 or res.flops <= 0:
+        return None
+    work = work_of(hw, kernel.classes[0].graph.dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes,
+                   int(res.attrs.get("sms", hw.sms))).tensor_flop
+    return res.flops / work if work > 0 else None
 
 
 def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict[str, Any],

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from torchsim.cli import UsageError, int_in
-from torchsim.cli.kernel import add_common, may_extrapolate, positive, run_and_report
+from torchsim.cli.kernel import add_common, header_graph, may_extrapolate, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.attention import attention
@@ -115,8 +115,7 @@ def _run(args: argparse.Namespace) -> int:
 
         fam = causal_shape_family(shape, cfg, hw)
         if fam is not None and fam.events > EXACT_EVENTS:
-            sample = fam.build({"seq": fam.dims[0].start})
-            header = replace(sample, name=fam.name, attrs=fam.attrs, flops=fam.flops, dram_bytes=shape.io_bytes())
+            header = header_graph(fam, shape.io_bytes())
             classes = len({kv_span(shape, cfg.bm, cfg.bn, m)[:2] for m in range(fam.dims[0].full)})
             run_and_report(header, args, {"cta_classes": classes, "query_blocks": fam.attrs["query_blocks"]},
                            family=fam)

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from torchsim.cli import UsageError, add_quant_option, int_in
-from torchsim.cli.kernel import MAX_EVENTS, add_common, may_extrapolate, positive, run_and_report
+from torchsim.cli.kernel import MAX_EVENTS, add_common, header_graph, may_extrapolate, positive, run_and_report
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.hwmodels.gpu import Arch
@@ -134,8 +134,6 @@ def _build_and_report(args: argparse.Namespace, hw: Any, dtype: DType, cfg: Gemm
     units = len(work_units(args.batch, args.m, args.n, args.k, cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cfg.b_split, 8))
     extra = {"output_tiles": units, **extra}
     if args.tiles_per_cta is None and may_extrapolate(args):
-        from dataclasses import replace
-
         from torchsim.prediction.repeats import EXACT_EVENTS, gemm_family
 
         full = checked_config(args.m, args.n, args.k, dtype, hw, cfg, args.batch, quant)
@@ -143,10 +141,8 @@ def _build_and_report(args: argparse.Namespace, hw: Any, dtype: DType, cfg: Gemm
         fam = gemm_family(args.m, args.n, args.k, dtype, hw, full, epi, args.batch, False, attrs)
         limit = args.max_events or MAX_EVENTS
         if fam.dims and fam.events > min(limit, EXACT_EVENTS):
-            sample = fam.build({d.name: d.start for d in fam.dims})
             io = gemm_io_bytes(args.m, args.n, args.k, dtype, args.batch, False, quant_format(full.quant), epi)
-            header = replace(sample, name=fam.name, attrs=attrs, flops=fam.flops, dram_bytes=io)
-            run_and_report(header, args, extra, family=fam)
+            run_and_report(header_graph(fam, io), args, extra, family=fam)
             return
     kg = gemm(args.m, args.n, args.k, dtype, hw, cfg, epi, batch=args.batch, tiles_per_cta=args.tiles_per_cta,
               quant=quant)
