@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchsim.calibration.gpu_state import Sampler, limits
 from torchsim.exports.atomic import write_bytes_atomic
 from torchsim.validation.published import COLUMNS, HW_MAP
 
@@ -65,16 +66,50 @@ class Shapes:
     decode: tuple[tuple[int, int, int, int], ...]  # (batch, heads, kv_len, head_dim), one query token
     copy_bytes: tuple[int, ...]  # buffer sizes of the bandwidth tests
     launch_kernels: int = 1000  # kernels per timed loop of the launch tests
+    sustained: tuple[SustainedCase, ...] = ()  # run for seconds each, SM clock and power read (sustained())
+
+
+@dataclass(frozen=True)
+class SustainedCase:
+    """One kernel run back to back for seconds: a GEMM (M, N, K) in bf16 or fp8 on random or all-zero data (zeros
+    toggle fewer bits, draw less power and so throttle less: a documented effect), or an fp32 copy of `shape[0]`
+    bytes."""
+
+    kind: str  # gemm, copy
+    dtype: str  # bf16, fp8 (gemm); fp32 (copy)
+    shape: tuple[int, ...]  # (M, N, K) or (bytes,)
+    data: str = "random"  # random, zeros
+
+    def __post_init__(self) -> None:
+        ok = ((self.kind == "gemm" and self.dtype in ("bf16", "fp8") and len(self.shape) == 3)
+              or (self.kind == "copy" and self.dtype == "fp32" and len(self.shape) == 1))
+        if not ok or self.data not in ("random", "zeros") or min(self.shape) < 1:
+            raise ValueError(f"sustained case {self} is not a bf16/fp8 (M, N, K) GEMM or an fp32 copy of a "
+                             f"positive byte count on random or zeros data")
+
+    def label(self) -> str:
+        what = "x".join(map(str, self.shape)) if self.kind == "gemm" else f"{self.shape[0] / MiB:.4g} MiB"
+        return f"{self.kind} {self.dtype} {what} {self.data}"
 
 
 MiB = 1 << 20
+SUSTAINED_FULL = (
+    SustainedCase("gemm", "bf16", (8192, 8192, 8192)), SustainedCase("gemm", "bf16", (8192, 8192, 8192), "zeros"),
+    SustainedCase("gemm", "bf16", (4096, 4096, 4096)), SustainedCase("gemm", "fp8", (8192, 8192, 8192)),
+    SustainedCase("gemm", "fp8", (8192, 8192, 8192), "zeros"), SustainedCase("gemm", "bf16", (1, 8192, 8192)),
+    SustainedCase("copy", "fp32", (1024 * MiB,)),
+)
 FULL = Shapes(
     gemm=((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (16, 4096, 4096),
-          (64, 8192, 8192), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 1024)),
+          (64, 8192, 8192), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 1024),
+          # Llama-3-8B's projections (QKV, O, gate-up, down) at a 2048-token prefill and at one decode token
+          (2048, 6144, 4096), (2048, 4096, 4096), (2048, 28672, 4096), (2048, 4096, 14336),
+          (1, 6144, 4096), (1, 28672, 4096), (1, 4096, 14336)),
     prefill=((16, 16, 1024, 128, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True),
-             (1, 16, 16384, 128, False)),
+             (1, 16, 16384, 128, False), (1, 32, 2048, 128, True), (1, 32, 8192, 128, True)),
     decode=((16, 32, 4096, 128), (64, 32, 4096, 128), (16, 32, 16384, 128)),
     copy_bytes=(64 * MiB, 1024 * MiB),
+    sustained=SUSTAINED_FULL,
 )
 QUICK = Shapes(
     gemm=((256, 256, 256), (1024, 1024, 1024), (16, 4096, 4096), (4096, 4096, 4096)),
@@ -82,6 +117,7 @@ QUICK = Shapes(
     decode=((16, 32, 4096, 128),),
     copy_bytes=(256 * MiB,),
     launch_kernels=200,
+    sustained=(SUSTAINED_FULL[0],),
 )
 TINY = Shapes(  # the CPU pipeline test: seconds, not minutes
     gemm=((8, 8, 8), (16, 32, 16)),
@@ -89,6 +125,7 @@ TINY = Shapes(  # the CPU pipeline test: seconds, not minutes
     decode=((1, 2, 16, 8),),
     copy_bytes=(64 * 1024,),
     launch_kernels=10,
+    sustained=(SustainedCase("gemm", "bf16", (16, 16, 16)), SustainedCase("copy", "fp32", (64 * 1024,))),
 )
 
 
@@ -104,6 +141,7 @@ class Measurement:
     method: str  # cuda-events-loop, cuda-graph, perf-counter-loop
     detail: str = ""  # e.g. the TFLOPS a time corresponds to, the spread of the repeats
     calls: int = 0  # back-to-back calls per timed loop (0: Timing.iters)
+    how: str = ""  # how it was timed, where not as `timing` says (the sustained runs)
 
 
 # ---------------------------------------------------------------- timing
@@ -205,34 +243,62 @@ def fp8_supported(device: str) -> bool:
     return True
 
 
+def _gemm_fn(device: str, m: int, n: int, k: int, dtype: str, data: str = "random"
+             ) -> tuple[Callable[[], Any], str, str]:
+    """The call C = A @ B (bf16 torch.matmul, or fp8 E4M3 inputs with per-tensor scales and bf16 output through
+    torch._scaled_mm, B column-major as it requires) on random or all-zero inputs; its dtype and workload texts."""
+    torch = _torch()
+    if dtype not in ("bf16", "fp8"):
+        raise ValueError(f"gemm dtype must be bf16 or fp8, got {dtype!r}")
+    if min(m, n, k) < 1:
+        raise ValueError(f"gemm shape {(m, n, k)} has a non-positive dimension")
+    make = torch.randn if data == "random" else torch.zeros
+    a = make(m, k, device=device).to(torch.bfloat16)
+    b = make(k, n, device=device).to(torch.bfloat16)
+    if dtype == "bf16":
+        def mm(a: Any = a, b: Any = b) -> Any:
+            return torch.matmul(a, b)
+        return mm, "bf16", "torch.matmul (bf16 in, bf16 out)"
+    a8 = a.to(torch.float8_e4m3fn)
+    b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B
+    one = torch.tensor(1.0, device=device)
+
+    def scaled(a: Any = a8, b: Any = b8, s: Any = one) -> Any:
+        return torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16)
+    return scaled, "fp8_e4m3 in (per-tensor scales) / bf16 out", "torch._scaled_mm (fp8 e4m3 in, bf16 out)"
+
+
+def _sampler(device: str) -> Sampler | None:
+    """An NVML sampler on CUDA where NVML answers (the rows then say at what clock and power they ran)."""
+    if device != "cuda":
+        return None
+    s = Sampler(_torch().cuda.current_device())
+    return s if s.available else None
+
+
+def _timed(fn: Callable[[], Any], device: str, timing: Timing, sampler: Sampler | None
+           ) -> tuple[list[float], str]:
+    """time_loop under `sampler`; the GPU state it read as a note ("; SM clock ...") or ""."""
+    if sampler is None:
+        return time_loop(fn, device, timing), ""
+    with sampler:
+        ts = time_loop(fn, device, timing)
+    r = sampler.reading()
+    return ts, f"; {r.note()}" if r else ""
+
+
 def gemm(device: str, shapes: Sequence[tuple[int, int, int]], dtype: str = "bf16", timing: Timing = Timing(),
          log: Log | None = None) -> list[Measurement]:
     """C = A @ B for each (M, N, K): bf16 torch.matmul, or fp8 (E4M3 inputs, per-tensor scales, bf16 output)
     through torch._scaled_mm with B column-major as it requires."""
-    torch = _torch()
     if dtype not in ("bf16", "fp8"):
         raise ValueError(f"gemm dtype must be bf16 or fp8, got {dtype!r}")
     out = []
     for m, n, k in shapes:
-        if min(m, n, k) < 1:
-            raise ValueError(f"gemm shape {(m, n, k)} has a non-positive dimension")
-        a = torch.randn(m, k, device=device).to(torch.bfloat16)
-        b = torch.randn(k, n, device=device).to(torch.bfloat16)
-        fn: Callable[[], Any]
-        if dtype == "bf16":
-            def fn(a: Any = a, b: Any = b) -> Any:
-                return torch.matmul(a, b)
-            label, workload = "bf16", "torch.matmul (bf16 in, bf16 out)"
-        else:
-            a8 = a.to(torch.float8_e4m3fn)
-            b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major B
-            one = torch.tensor(1.0, device=device)
-
-            def fn(a: Any = a8, b: Any = b8, s: Any = one) -> Any:  # type: ignore[misc]
-                return torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16)
-            label, workload = "fp8_e4m3 in (per-tensor scales) / bf16 out", "torch._scaled_mm (fp8 e4m3 in, bf16 out)"
+        fn, label, workload = _gemm_fn(device, m, n, k, dtype)
+        sampler = _sampler(device) if 2.0 * m * n * k > GRAPH_GEMM_FLOPS else None
         try:
-            ts = time_loop(fn, device, timing)
+            ts, state = _timed(fn, device, timing, sampler)
         except RuntimeError as exc:  # e.g. _scaled_mm wants dimensions that are multiples of 16: say so, go on
             if dtype == "bf16":
                 raise
@@ -243,7 +309,7 @@ def gemm(device: str, shapes: Sequence[tuple[int, int, int]], dtype: str = "bf16
         tflops = 2.0 * m * n * k / t / 1e12
         out.append(Measurement("gemm", workload, label, {"M": m, "N": n, "K": k, "layout": "NN" if dtype == "bf16"
                                                          else "NT"}, "time_us", t * 1e6, "us", _method(device),
-                               f"{tflops:.4g} TFLOPS; {_spread(ts)}"))
+                               f"{tflops:.4g} TFLOPS; {_spread(ts)}{state}"))
         if log:
             log(f"gemm {dtype} {m}x{n}x{k}: {t * 1e6:.4g} us ({tflops:.4g} TFLOPS)")
         if device == "cuda" and 2.0 * m * n * k <= GRAPH_GEMM_FLOPS:  # launch-sensitive: also inside a CUDA graph
@@ -292,7 +358,7 @@ def attention(device: str, prefill: Sequence[tuple[int, int, int, int, bool]],
         def fn(q: Any = q, k: Any = k, v: Any = v, c: bool = causal) -> Any:
             return sdpa(q, k, v, is_causal=c)
         try:
-            ts = time_loop(fn, device, timing)
+            ts, state = _timed(fn, device, timing, _sampler(device))
         except RuntimeError as exc:  # e.g. no flash kernel for this head_dim on this GPU: say so, go on
             if log:
                 log(f"attention {(b, h, sq, skv, d)}: skipped ({str(exc).splitlines()[0][:120]})")
@@ -308,7 +374,7 @@ def attention(device: str, prefill: Sequence[tuple[int, int, int, int, bool]],
         detail = (f"{flops / t / 1e12:.4g} TFLOPS (4*b*h*sq*skv*d{', halved for causal' if causal else ''})"
                   if kind == "prefill" else f"KV read {kv_gbps:.4g} GB/s")
         out.append(Measurement("attention", f"{backend}, {kind} forward", "bf16", params, "time_us", t * 1e6, "us",
-                               _method(device), f"{detail}; {_spread(ts)}"))
+                               _method(device), f"{detail}; {_spread(ts)}{state}"))
         if log:
             log(f"attention {kind} b{b} h{h} sq{sq} skv{skv} d{d}{' causal' if causal else ''}: {t * 1e6:.4g} us")
     return out
@@ -332,12 +398,12 @@ def bandwidth(device: str, sizes: Sequence[int], timing: Timing = Timing(),
             ("copy", "copy (y.copy_(x): one read + one write)", functools.partial(y.copy_, x), 8 * n),
         ]
         for op, what, fn, moved in ops:
-            ts = time_loop(fn, device, timing)
+            ts, state = _timed(fn, device, timing, _sampler(device))
             t = statistics.median(ts)
             out.append(Measurement("microbenchmark", f"memory bandwidth, {what}, {4 * n} B buffer", "fp32",
                                    {"op": op, "bytes": 4 * n, "bytes_moved": moved}, "bandwidth_gbps",
                                    moved / t / 1e9, "GB/s", _method(device), f"{t * 1e6:.4g} us per call; "
-                                   f"{_spread(ts)}"))
+                                   f"{_spread(ts)}{state}"))
             if log:
                 log(f"bandwidth {op} {4 * n / MiB:.4g} MiB: {moved / t / 1e9:.4g} GB/s")
     return out
@@ -375,9 +441,86 @@ def launch(device: str, kernels: int, timing: Timing = Timing(), log: Log | None
     return out
 
 
+def sustained(device: str, cases: Sequence[SustainedCase], seconds: float, log: Log | None = None,
+              fp8: bool = True) -> list[Measurement]:
+    """Each case run back to back for `seconds`, in chunks of about 50 ms timed with CUDA events: its throughput
+    and, where NVML answers, the SM clock and board power it settled at, all over the second half of the run (the
+    clock has left boost by then and the power average has caught up). A GEMM gives a `gemm` row in TFLOPS, a copy
+    a `microbenchmark` row in GB/s, and each its `sm_clock_mhz` and `board_power_w` rows (what torchsim.sim.
+    sustained predicts for that kernel under the profile's power limit)."""
+    if not seconds > 0:
+        raise ValueError(f"sustained seconds must be > 0, got {seconds}")
+    torch = _torch()
+    out = []
+    for case in cases:
+        if case.kind == "gemm" and case.dtype == "fp8" and not fp8:
+            continue
+        if case.kind == "gemm":
+            m, n, k = case.shape
+            fn, label, workload = _gemm_fn(device, m, n, k, case.dtype, case.data)
+            work, unit = 2.0 * m * n * k, "TFLOPS"
+            params: dict[str, Any] = {"M": m, "N": n, "K": k, "layout": "NN" if case.dtype == "bf16" else "NT"}
+        else:
+            x = (torch.randn if case.data == "random" else torch.zeros)(case.shape[0] // 4, device=device)
+            y = torch.empty_like(x)
+            fn, label, workload = functools.partial(y.copy_, x), "fp32", "copy (y.copy_(x): one read + one write)"
+            work, unit = 2.0 * 4 * x.numel(), "GB/s"
+            params = {"op": "copy", "bytes": 4 * x.numel(), "bytes_moved": int(work)}
+        for _ in range(3):
+            fn()
+        per_call = time_loop(fn, device, Timing(0, 3, 1))[0]
+        chunk = max(1, int(0.05 / per_call))
+        sampler = _sampler(device)
+        chunks: list[tuple[float, float]] = []  # (seconds into the run at the chunk's end, seconds per call)
+        with sampler if sampler is not None else _Nothing():
+            t0 = time.perf_counter()
+            while True:
+                per = time_loop(fn, device, Timing(0, chunk, 1))[0]
+                chunks.append((time.perf_counter() - t0, per))
+                if chunks[-1][0] >= seconds:
+                    break
+        late = [per for at, per in chunks if at >= seconds / 2] or [chunks[-1][1]]
+        t = statistics.median(late)
+        rate = work / t / (1e12 if unit == "TFLOPS" else 1e9)
+        reading = sampler.reading(after_s=seconds / 2) if sampler is not None else None
+        what = f"{workload}, sustained {seconds:.3g} s back to back, {case.data} data"
+        state = f"; {reading.note()}" if reading else ""
+        detail = (f"{rate:.4g} {unit} over the second half of a {seconds:.3g} s run ({len(late)} chunks of {chunk} "
+                  f"calls, median; {t * 1e6:.4g} us per call){state}")
+        timer = "CUDA events" if device == "cuda" else "time.perf_counter"
+        kw: dict[str, Any] = dict(calls=chunk, how=f"{timer} around each chunk of {chunk} back-to-back eager calls "
+                                  f"for {seconds:.3g} s after 3 warm-up calls, mean per call, median over the chunks "
+                                  "that ended in the second half")
+        if case.kind == "gemm":
+            out.append(Measurement("gemm", what, label, params, "tflops", rate, "TFLOPS", _method(device), detail,
+                                   **kw))
+        else:
+            out.append(Measurement("microbenchmark", f"memory bandwidth, {what}", label, params, "bandwidth_gbps",
+                                   rate, "GB/s", _method(device), detail, **kw))
+        if reading is not None:
+            cp = {"kernel": case.kind, **params, "dtype": case.dtype, "data": case.data, "seconds": seconds}
+            out.append(Measurement("microbenchmark", f"SM clock during {what}", label, cp, "sm_clock_mhz",
+                                   reading.sm_clock_mhz, "MHz", _method(device), detail, **kw))
+            if reading.power_w is not None:
+                out.append(Measurement("microbenchmark", f"board power during {what}", label, cp, "board_power_w",
+                                       reading.power_w, "W", _method(device), detail, **kw))
+        if log:
+            log(f"sustained {case.label()}: {rate:.4g} {unit}{state}")
+    return out
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def run_suite(device: str, shapes: Shapes, timing: Timing = Timing(), log: Log | None = None,
-              fp8: bool | None = None) -> list[Measurement]:
-    """Every measurement of `shapes` on `device` (fp8 GEMMs where supported, unless `fp8` says otherwise)."""
+              fp8: bool | None = None, sustained_s: float = 0.0) -> list[Measurement]:
+    """Every measurement of `shapes` on `device` (fp8 GEMMs where supported, unless `fp8` says otherwise; the
+    sustained cases for `sustained_s` seconds each when it is positive)."""
     check_device(device)
     say = log or (lambda s: None)
     out = launch(device, shapes.launch_kernels, timing, say)
@@ -389,6 +532,8 @@ def run_suite(device: str, shapes: Shapes, timing: Timing = Timing(), log: Log |
     else:
         say("gemm fp8: skipped (torch._scaled_mm with float8_e4m3fn is not supported here)")
     out += attention(device, shapes.prefill, shapes.decode, timing, say)
+    if sustained_s > 0 and shapes.sustained:
+        out += sustained(device, shapes.sustained, sustained_s, say, fp8=use_fp8)
     return out
 
 
@@ -402,10 +547,17 @@ class Environment:
     cuda_version: str
     driver: str
     l2_bytes: int  # 0 when unknown
+    sm_count: int = 0  # 0 when unknown
+    limits: tuple[tuple[str, float], ...] = ()  # gpu_state.limits(): max clocks, power limit (what NVML answered)
 
     def describe(self) -> str:
+        sms = f", {self.sm_count} SMs" if self.sm_count else ""
         l2 = f", L2 {self.l2_bytes / MiB:.4g} MiB" if self.l2_bytes else ""
-        return (f"{self.gpu}{l2}; torch {self.torch_version}, CUDA {self.cuda_version or 'n/a'}, driver "
+        lim = dict(self.limits)
+        env = "".join(f", {text} {lim[key]:.0f} {unit}" for key, text, unit in (
+            ("max_sm_clock_mhz", "max SM clock", "MHz"), ("max_mem_clock_mhz", "max memory clock", "MHz"),
+            ("power_limit_w", "power limit", "W")) if key in lim)
+        return (f"{self.gpu}{sms}{l2}{env}; torch {self.torch_version}, CUDA {self.cuda_version or 'n/a'}, driver "
                 f"{self.driver or 'n/a'}")
 
 
@@ -415,7 +567,9 @@ def environment(device: str) -> Environment:
         return Environment("cpu", "cpu", torch.__version__, "", "", 0)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return Environment("cuda", torch.cuda.get_device_name(), torch.__version__, torch.version.cuda or "",
-                       _driver_version(), int(getattr(props, "L2_cache_size", 0) or 0))
+                       _driver_version(), int(getattr(props, "L2_cache_size", 0) or 0),
+                       int(getattr(props, "multi_processor_count", 0) or 0),
+                       tuple(sorted(limits(torch.cuda.current_device()).items())))
 
 
 def _driver_version() -> str:
@@ -473,8 +627,9 @@ def to_rows(ms: Sequence[Measurement], profile: str, env: Environment, timing: T
         timer = {"cuda-events-loop": f"CUDA events around {n} back-to-back eager calls",
                  "cuda-graph": f"CUDA events around {n} back-to-back replays of the graph",
                  "perf-counter-loop": f"time.perf_counter around {n} back-to-back calls"}[m.method]
-        notes = (f"{m.detail}; timed: {timer} after {timing.warmup} warm-up calls, mean per call, median of "
-                 f"{timing.repeats} loops; L2 not flushed between calls; clocks not locked; {env.describe()}")
+        how = m.how or (f"{timer} after {timing.warmup} warm-up calls, mean per call, median of {timing.repeats} "
+                        "loops")
+        notes = f"{m.detail}; timed: {how}; L2 not flushed between calls; clocks not locked; {env.describe()}"
         if env.device == "cpu":
             notes += "; CPU device: a pipeline test, not a GPU measurement"
         if profile_note:

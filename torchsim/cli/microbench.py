@@ -12,7 +12,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("microbench", help="measure this machine's GPU into a file `torchsim calibrate` reads",
                        description="Measure on the local GPU (needs a CUDA build of PyTorch): bf16 and FP8 GEMMs "
                        "(torch.matmul, torch._scaled_mm), SDPA prefill and decode, read/write/copy bandwidth, and "
-                       "kernel launch intervals eager and in a CUDA graph. Each value is the median of a few loops "
+                       "kernel launch intervals eager and in a CUDA graph, and the SM clock and board power large "
+                       "GEMMs settle at when run for seconds (through NVML). Each value is the median of a few loops "
                        "of back-to-back calls timed with CUDA events after warm-up (L2 not flushed, clocks not "
                        "locked). Writes rows in the published_dev.csv schema, atomically (nothing on failure); "
                        "progress goes to stderr.")
@@ -21,6 +22,10 @@ def register(sub: Any) -> None:
                    "maps to, e.g. an H100 -> h100-sxm)")
     p.add_argument("--quick", action="store_true", help="fewer shapes and smaller buffers (about a minute)")
     p.add_argument("--no-fp8", action="store_true", help="skip the FP8 GEMMs")
+    p.add_argument("--sustained", type=float, default=None, metavar="SECONDS",
+                   help="run each sustained case (large bf16/fp8 GEMMs on random and zero data, a GEMV, a copy) "
+                   "back to back this long and record the SM clock and board power it settles at, read through "
+                   "NVML (the nvidia-ml-py package); 0 skips them (default 3, 1 with --quick)")
     p.add_argument("--id-prefix", default="MB", help="row ids are PREFIX-001, ... (default MB)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help=argparse.SUPPRESS)  # testing: tiny
     p.set_defaults(func=_run)
@@ -41,7 +46,11 @@ def _run(args: argparse.Namespace) -> int:
     shapes = mb.TINY if args.device == "cpu" else mb.QUICK if args.quick else mb.FULL
     timing = mb.Timing(2, 3, 3) if args.device == "cpu" else mb.Timing()
     log(f"{env.describe()}; rows for profile {profile}{' (' + note + ')' if note else ''}")
-    ms = mb.run_suite(args.device, shapes, timing, log, fp8=False if args.no_fp8 else None)
+    seconds = args.sustained if args.sustained is not None else (0.05 if args.device == "cpu" else
+                                                                  1.0 if args.quick else 3.0)
+    if not (seconds >= 0 and seconds <= 600):
+        raise ValueError(f"--sustained must be between 0 and 600 seconds, got {args.sustained}")
+    ms = mb.run_suite(args.device, shapes, timing, log, fp8=False if args.no_fp8 else None, sustained_s=seconds)
     rows = mb.to_rows(ms, profile, env, timing, args.id_prefix, note)
     mb.write_rows(rows, args.out)
     print(f"wrote {len(rows)} rows to {args.out}; fit with: torchsim calibrate --hw {profile} --measurements "
