@@ -154,3 +154,36 @@ def test_prediction_path_records_the_clock() -> None:
     s = simulate_call(KernelCall.make(KernelKind.GEMM, DType.BF16, name="g", m=2048, n=2048, k=1024), hw)
     assert s.clock_reason.startswith("power-limited") and 0 < s.clock_hz < float(hw.clock_max_hz.value)
     assert s.time_s == pytest.approx(s.cycles / s.clock_hz)
+
+
+def test_active_sms_follow_the_waves() -> None:
+    from torchsim.hwmodels.power import active_sms_of
+    assert active_sms_of(1.0, 132) == 132 and active_sms_of(0.5, 132) == 66 and active_sms_of(0, 132) == 0
+    assert active_sms_of(1.7, 132) == pytest.approx(132 * 1.7 / 2)  # the second round is 70% full
+    assert active_sms_of(3.0, 132) == 132
+
+
+def test_active_sm_power_is_drawn_whatever_the_sms_compute() -> None:
+    """sm_active_pj_per_cycle adds C * V(f)^2 * active SMs * f: the same for any work, linear in the SMs, and it
+    lowers the clock a power-limited GEMM sustains; a profile without it (0) is unchanged."""
+    from torchsim.hwmodels.power import active_power_w
+    hw = get_profile("h200")
+    c = float(hw.sm_active_pj_per_cycle.value)
+    assert c > 0 and hw.sm_active_pj_per_cycle.kind == "calibrated"
+    hi = float(hw.clock_max_hz.value)
+    full = work_of(hw, DType.BF16, 1e6, hi, {"l2": 0.5}, 1e8, hw.sms)
+    half = dataclasses.replace(full, active_sms=hw.sms / 2)
+    assert active_power_w(hw, full, hi) == pytest.approx(c * 1e-12 * hw.sms * hi)
+    assert power_w(hw, full) - power_w(hw, half) == pytest.approx(active_power_w(hw, full, hi) / 2)
+    dense = work_of(hw, DType.BF16, 1e6, hi, {"tensor": 0.95, "l2": 0.6}, 1e8, hw.sms)
+    without = dataclasses.replace(hw, sm_active_pj_per_cycle=assumed(0.0, "pJ/cycle", "test"))
+    assert sustained_clock(hw, dense) < sustained_clock(without, dense)
+    assert float(get_profile("a100-sxm").sm_active_pj_per_cycle.value) == 0.0  # not separated there
+
+
+def test_tensor_energy_inverts_power_with_the_active_term() -> None:
+    hw = get_profile("h200")
+    w = work_of(hw, DType.BF16, 1e6, 1.98e9, {"tensor": 0.94, "l2": 0.55}, 2e9, hw.sms)
+    e = tensor_energy_for_clock(hw, w, 1.32e9)
+    fitted = dataclasses.replace(hw, tensor_pj_per_flop_bf16=assumed(e, "pJ/FLOP", "test"))
+    assert power_w(fitted, w, 1.32e9) == pytest.approx(float(hw.power_limit_w.value))

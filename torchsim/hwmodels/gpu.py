@@ -124,6 +124,19 @@ class GpuProfile:
     kernel_trace_overhead_s: Quantity = field(default_factory=lambda: assumed(
         0.0, "s", "assumed: no measurement of a kernel-serialising tracer's floor on this part (no published row "
         "of it is timed with one)"))
+    # -- the power an SM draws for being clocked with work resident, whatever it computes (torchsim issue 12) ------
+    # Clock tree, schedulers, operand collectors and the memory path's SM side switch every cycle an SM holds a
+    # CTA: C*V^2*f per active SM, on the core rail (torchsim.hwmodels.power). 0 where no memory-bound kernel's
+    # board power has been measured on the part: its calibrated tensor energy then carries that power for the
+    # GEMM it was anchored on.
+    # The fast power cap: what no kernel may draw even for milliseconds, while power_limit_w is held as an average
+    # over tens of milliseconds (torchsim.prediction.clock_window shares one clock across a step's kernels under
+    # the two). 0 = not measured: the TDP caps each kernel, as it did before.
+    power_limit_fast_w: Quantity = field(default_factory=lambda: assumed(
+        0.0, "W", "not measured on this part: no separate fast limit (each kernel is held to power_limit_w)"))
+    sm_active_pj_per_cycle: Quantity = field(default_factory=lambda: assumed(
+        0.0, "pJ/cycle", "assumed: not separated on this part (no measured board power of a memory-bound kernel); "
+        "the calibrated tensor energy absorbs it for the anchor GEMM"))
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -457,6 +470,13 @@ h100_sxm = replace(
                                  fact(H100, "simt.fp32_cores_per_sm") + " cites; INT32 figure as recalled)"),
 )
 
+# First-hand H200 measurements (torchsim/validation/measured/h200-2026-12-04, its README says how they were taken)
+H200_RUN = "torchsim/validation/measured/h200-2026-12-04"
+H200_MB = H200_RUN + "/microbench.csv"
+H200_SMI = H200_RUN + "/smi_before.txt"
+# Power fit of that run: printed by scripts/calibrate_power_h200.py (the rows it uses are named at the fields)
+H200_SM_ACTIVE_PJ, H200_DRAM_PJ, H200_BF16_PJ, H200_FP8_PJ, H200_FAST_W = 1335, 44.5, 0.7047, 0.4067, 877
+
 h200 = replace(
     h100_sxm,
     name="h200", description="NVIDIA H200 SXM 141GB (GH100 + HBM3e, sm90)",
@@ -464,20 +484,49 @@ h200 = replace(
     smem_per_sm_bytes=doc(228 * 1024, "B", fact(H200, "memory.smem_max_per_sm / per_cta")),
     smem_per_cta_bytes=doc(227 * 1024, "B", fact(H200, "memory.smem_max_per_sm / per_cta")),
     sm_count=doc(132, "SMs", fact(H200, "compute.sm_count")),
+    l2_bytes=measured(62914560, "B", H200_RUN + "/llama_gpu.json l2_bytes: CUDA device properties L2_cache_size "
+                      "of the H200 measured (60 MiB; " + fact(H200, "memory.l2_size") + " assumed the H100's 50)"),
     l2_bytes_per_s=measured(9.7e12, "B/s", fact(H200, "memory.l2_bandwidth_measured")),
     dram_peak_bytes_per_s=doc(4.8e12, "B/s", fact(H200, "memory.hbm_bandwidth_peak")),
-    dram_bytes_per_s=measured(3.89e12, "B/s", fact(H200, "memory.hbm_bandwidth_measured")),
+    dram_bytes_per_s=measured(4.636e12, "B/s", H200_MB + " MB-009 (fill of a 1 GiB buffer, 4636 GB/s: the better "
+                              "single-kind stream; MB-008 sum 4281 GB/s; a bf16 mul of two 470 MB tensors ran at "
+                              "91% of ncu's DRAM peak, ncu_details.csv ID 12; " +
+                              fact(H200, "memory.hbm_bandwidth_measured") + " read 3.89 TB/s on another board)"),
     dram_latency_cycles=measured(690, "cycles", "published_dev.csv UBENCH-014 (GH200's H100 with HBM3, proxy)"),
     l2_latency_cycles=measured(281, "cycles", "published_dev.csv UBENCH-013 (GH200 proxy)"),
     dram_bytes=doc(141e9, "B", fact(H200, "memory.hbm_capacity")),
-    # -- power and DVFS (GH100 energies and clocks kept from H100) --
-    power_limit_w=doc(700, "W", fact(H200, "power.tdp")),
-    static_power_w=measured(74.6, "W", "H200 SXM idle board power, nvidia-smi -q 'GPU Power Readings' (find_string id "
-                            "9046480431, " + POWER_NOTES + " §3)"),
-    dram_read_bytes_per_s=measured(3.89e12, "B/s", fact(H200, "memory.hbm_bandwidth_measured") + " (L2-bench DRAM "
-                                   "plateau; gpu-stream read, 2.76 TB/s, is still rising at 1024 threads)"),
-    dram_write_bytes_per_s=measured(3.898e12, "B/s", GPU_BENCHES + " gpu-stream/h200.txt (init, 1024-thread blocks)"),
-    dram_copy_bytes_per_s=measured(3.165e12, "B/s", GPU_BENCHES + " gpu-stream/h200.txt (scale, 1024-thread blocks)"),
+    # -- power and DVFS: the GH100 V-f range of the H100; limit, idle power and energies measured on an H200 --
+    power_limit_w=measured(700, "W", H200_SMI + ": enforced power limit 700 W (NVML; default and max the same), "
+                           "as " + fact(H200, "power.tdp")),
+    power_limit_fast_w=calibrated(H200_FAST_W, "W", "scripts/calibrate_power_h200.py: bf16 8192^3, FP8 8192^3 and "
+                                  "bf16 4096^3 GEMMs from idle run their first 5-20 ms at the clock where the model "
+                                  "draws 887, 881 and 863 W (" + H200_RUN + "/power_window.json), then fall to the "
+                                  "700 W average; the mean. Check: an 8192^3 GEMM alternating with a 1 GiB copy is "
+                                  "predicted at 1.394 GHz, 1.539 ms per GEMM, against 1.605 ms measured"),
+    static_power_w=measured(79.19, "W", H200_SMI + ": Average Power Draw 79.19 W idle at 345 MHz, before the run "
+                            "(another board read 74.6 W: find_string id 9046480431, " + POWER_NOTES + " §3)"),
+    clock_max_hz=measured(1.98e9, "Hz", H200_SMI + ": clocks.max.sm 1980 MHz (NVML)"),
+    sm_active_pj_per_cycle=calibrated(H200_SM_ACTIVE_PJ, "pJ/cycle", "scripts/calibrate_power_h200.py: an add over "
+                                      "an L2-resident 8 MiB buffer at the 1980 MHz boost draws 387 W with no DRAM "
+                                      "traffic (" + H200_RUN + "/power_window.json, 3 s, 200 adds per CUDA-graph "
+                                      "replay): idle + its L2 bytes' energy + this per busy SM-cycle"),
+    dram_pj_per_byte=calibrated(H200_DRAM_PJ, "pJ/B", "scripts/calibrate_power_h200.py: the same add over 1 GiB "
+                                "(4.23 TB/s, DRAM-bound) draws 643 W; what idle, the SMs and L2 leave, per DRAM byte "
+                                "(5.6 pJ/bit: HBM3e, PHY, controller and NoC). Checks: a 1 GiB copy_ 639 W modelled "
+                                "vs 649 W measured, a bf16 GEMV (" + H200_MB + " MB-087/089) 627 vs 569 W"),
+    tensor_pj_per_flop_bf16=calibrated(H200_BF16_PJ, "pJ/FLOP", "scripts/calibrate_power_h200.py: the simulated "
+                                       "8192^3 bf16 GEMM draws the 700 W limit at the clock where it takes the "
+                                       "1639 us per call measured sustained on random data (" + H200_MB + " MB-072: "
+                                       "1.32 GHz; NVML read 1470 MHz, ~9% above the effective clock, see the run's "
+                                       "README); held out, 4096^3 (MB-078) is predicted within 2.2%"),
+    tensor_pj_per_flop_fp8=calibrated(H200_FP8_PJ, "pJ/FLOP", "scripts/calibrate_power_h200.py: the FP8 8192^3 "
+                                      "GEMM (torch._scaled_mm) at the limit where it takes the 895.5 us per call "
+                                      "measured sustained (" + H200_MB + " MB-081: 1.24 GHz)"),
+    tensor_pj_per_flop_tf32=assumed(2 * H200_BF16_PJ, "pJ/FLOP", _TF32_E),
+    dram_read_bytes_per_s=measured(4.281e12, "B/s", H200_MB + " MB-008 (x.sum() of a 1 GiB fp32 buffer)"),
+    dram_write_bytes_per_s=measured(4.636e12, "B/s", H200_MB + " MB-009 (x.fill_() of a 1 GiB fp32 buffer)"),
+    dram_copy_bytes_per_s=measured(4.257e12, "B/s", H200_MB + " MB-010 (y.copy_(x) of 1 GiB, read + write "
+                                   "bytes counted)"),
     launch_overhead_s=small_kernel_gap(2.48e-6, GPU_BENCHES + " gpu-small-kernels/h200.txt", 0.67e-6,
                                        "eager-stream back-to-back"),
     graph_launch_overhead_s=small_kernel_gap(1.27e-6, GPU_BENCHES + " gpu-small-kernels/h200_graph.txt", 0.67e-6,

@@ -3,11 +3,14 @@
 Formulas over a GpuProfile's power fields (the block at the end of `GpuProfile`); `torchsim.sim.sustained`
 applies them to an engine result. Model (CMOS dynamic power, alpha*C*V^2*f, per unit of work):
 
-    P(f) = static_power_w + v(f)^2 * (E_tensor + E_simt + E_l2) / t(f) + E_dram / t(f)
+    P(f) = static_power_w + v(f)^2 * ((E_tensor + E_simt + E_l2) / t(f) + C_sm * active_sms * f) + E_dram / t(f)
 
-E_x = (work the unit did) x (its energy per unit of work at the voltage of clock_max_hz); HBM sits on its own
-rail, so DRAM energy does not scale with the core voltage. v(f) = V(f) / V(clock_max_hz) rises linearly from
-`dvfs_voltage_floor` at clock_min_hz to 1 at clock_max_hz (a linear V-f curve over the DVFS range: assumed).
+E_x = (work the unit did) x (its energy per unit of work at the voltage of clock_max_hz); C_sm
+(sm_active_pj_per_cycle) is what an SM holding a CTA draws per cycle whatever it computes (clock tree, issue,
+the SM side of the memory path), so a memory-bound kernel at boost draws far more than its DRAM bytes' energy;
+HBM sits on its own rail, so DRAM energy does not scale with the core voltage. v(f) = V(f) / V(clock_max_hz)
+rises linearly from `dvfs_voltage_floor` at clock_min_hz to 1 at clock_max_hz (a linear V-f curve over the DVFS
+range: assumed).
 A kernel runs at the highest clock in [clock_min_hz, clock_max_hz] whose power stays under power_limit_w.
 Solving assumes the kernel's time scales as 1/f (t(f) = t_sim * f_sim / f: exact for a compute-bound kernel,
 pessimistic for one partly bound by DRAM); `torchsim.sim.sustained` then re-simulates at the clock found.
@@ -15,6 +18,7 @@ pessimistic for one partly bound by DRAM); `torchsim.sim.sustained` then re-simu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +38,14 @@ class Work:
     seconds: float
     clock_hz: float
     dtype: DType
+    active_sms: float = 0.0  # SMs holding a CTA, averaged over the kernel (sm_active_pj_per_cycle's count)
+    useful_flop: float | None = None  # the kernel's own FLOPs (MMA rows padded to the datapath excluded), if known
+
+    @property
+    def switching_flop(self) -> float:
+        """The tensor FLOPs that draw switching energy: padded MMA rows (zeros from out-of-bounds TMA/loads) keep
+        the datapath busy for their time but toggle no multipliers; their clocked cost is the active-SM term."""
+        return self.tensor_flop if self.useful_flop is None else min(self.tensor_flop, self.useful_flop)
 
 
 def has_power_model(hw: Any) -> bool:
@@ -42,10 +54,14 @@ def has_power_model(hw: Any) -> bool:
 
 
 def work_of(hw: Any, dtype: DType, cycles: float, clock_hz: float, unit_busy: dict[str, float],
-            dram_bytes: float, sms: int) -> Work:
-    """Work counts from an engine result: each unit's utilisation x its throughput x SMs x cycles. Padded MMA
-    rows are charged as full datapath work (conservative: zero rows switch less, but more datapath work then
-    never draws less energy, so padding never makes a kernel faster).
+            dram_bytes: float, sms: int, active_sms: float | None = None,
+            useful_flop: float | None = None) -> Work:
+    """Work counts from an engine result: each unit's utilisation x its throughput x SMs x cycles. `tensor_flop`
+    is the datapath's work, padded MMA rows included (what the datapath fill reports); given the kernel's own FLOPs
+    (`useful_flop`), only those draw tensor switching energy (Work.switching_flop): a GEMV padded 64x into wgmma
+    rows holds the datapath, not 64x its energy (a bf16 GEMV on an H200 runs at the boost clock at 569 W:
+    torchsim/validation/measured/h200-2026-12-04 MB-087/089). Padding still never makes a kernel faster: its
+    time is the datapath's.
 
     >>> from torchsim.hwmodels import get_profile
     >>> hw = get_profile("h100-sxm")
@@ -62,7 +78,27 @@ def work_of(hw: Any, dtype: DType, cycles: float, clock_hz: float, unit_busy: di
     return Work(tensor_flop=busy("tensor", 0.0) * hw.tensor_flop_per_clk_per_sm(dtype) * per_sm_cycles,
                 simt_ops=fma_ops + sfu_ops,
                 l2_bytes=busy("l2", 0.0) * float(hw.l2_bytes_per_s.value) * cycles / clock_hz,
-                dram_bytes=float(dram_bytes), seconds=cycles / clock_hz, clock_hz=clock_hz, dtype=dtype)
+                dram_bytes=float(dram_bytes), seconds=cycles / clock_hz, clock_hz=clock_hz, dtype=dtype,
+                active_sms=float(sms if active_sms is None else active_sms), useful_flop=useful_flop)
+
+
+def useful_flop_of(template: str, flops: float) -> float | None:
+    """The FLOPs that draw tensor switching energy, where the template's datapath work beyond them is padding
+    alone: GEMM templates (M padded to the MMA's rows). None elsewhere: an sm80 mma.sync kernel on a later GPU
+    (FlashAttention-2) holds the datapath longer per FLOP through a slower instruction path, register operands
+    and all, and is charged for the datapath time as before."""
+    return flops if flops > 0 and "gemm" in template else None
+
+
+def active_sms_of(waves: float, sms: int) -> float:
+    """SMs holding a CTA averaged over a kernel of `waves` waves (CTAs / concurrent CTA slots), taking CTAs of one
+    kernel as equally long: a grid smaller than the GPU holds `waves` of the SMs; a grid of w > 1 waves runs
+    ceil(w) rounds of which the last is partly empty, w / ceil(w) of the SMs on average."""
+    if waves <= 0:
+        return 0.0
+    if waves <= 1:
+        return sms * waves
+    return sms * waves / math.ceil(waves - 1e-9)
 
 
 def tensor_pj_per_flop(hw: Any, dtype: DType) -> float:
@@ -94,7 +130,7 @@ def voltage_ratio(hw: Any, clock_hz: float) -> float:
 def core_energy_j(hw: Any, w: Work, activity: float = 1.0) -> float:
     """Energy of the units on the core rail at the voltage of clock_max_hz; `activity` scales the tensor part
     (1 = random operands, as in the calibration sources; constant or zero operands switch less)."""
-    return PJ * (activity * tensor_pj_per_flop(hw, w.dtype) * w.tensor_flop
+    return PJ * (activity * tensor_pj_per_flop(hw, w.dtype) * w.switching_flop
                  + float(hw.simt_pj_per_op.value) * w.simt_ops + float(hw.l2_pj_per_byte.value) * w.l2_bytes)
 
 
@@ -106,8 +142,14 @@ def power_w(hw: Any, w: Work, clock_hz: float | None = None, activity: float = 1
     if seconds is None:
         seconds = w.seconds * w.clock_hz / f
     dram_j = PJ * float(hw.dram_pj_per_byte.value) * w.dram_bytes
-    return float(hw.static_power_w.value) + (voltage_ratio(hw, f) ** 2 * core_energy_j(hw, w, activity)
-                                             + dram_j) / seconds
+    v2 = voltage_ratio(hw, f) ** 2
+    return (float(hw.static_power_w.value) + (v2 * core_energy_j(hw, w, activity) + dram_j) / seconds
+            + v2 * active_power_w(hw, w, f))
+
+
+def active_power_w(hw: Any, w: Work, clock_hz: float) -> float:
+    """What the SMs holding `w`'s CTAs draw for being clocked, at the voltage of clock_max_hz."""
+    return PJ * float(hw.sm_active_pj_per_cycle.value) * w.active_sms * clock_hz
 
 
 def sustained_clock(hw: Any, w: Work, activity: float = 1.0, time_model: tuple[float, float] | None = None) -> float:
@@ -146,14 +188,14 @@ def time_model(f0: float, t0: float, f1: float, t1: float) -> tuple[float, float
 def tensor_energy_for_clock(hw: Any, w: Work, clock_hz: float) -> float:
     """Calibration: the tensor pJ/FLOP (at V(clock_max_hz)) that makes `w` draw exactly power_limit_w at
     `clock_hz`, every other energy of `hw` kept (the inverse of `power_w` in the tensor energy)."""
-    if w.tensor_flop <= 0:
+    if w.switching_flop <= 0:
         raise ValueError("tensor_energy_for_clock: the reference kernel does no tensor work")
     seconds = w.seconds * w.clock_hz / clock_hz
     budget_j = (float(hw.power_limit_w.value) - float(hw.static_power_w.value)) * seconds
     budget_j -= PJ * float(hw.dram_pj_per_byte.value) * w.dram_bytes
-    core_j = budget_j / voltage_ratio(hw, clock_hz) ** 2
+    core_j = budget_j / voltage_ratio(hw, clock_hz) ** 2 - active_power_w(hw, w, clock_hz) * seconds
     other_j = PJ * (float(hw.simt_pj_per_op.value) * w.simt_ops + float(hw.l2_pj_per_byte.value) * w.l2_bytes)
-    e = (core_j - other_j) / (PJ * w.tensor_flop)
+    e = (core_j - other_j) / (PJ * w.switching_flop)
     if e <= 0:
         raise ValueError(f"tensor_energy_for_clock: {hw.name}'s other energies already exceed the limit at "
                          f"{clock_hz / 1e9:.3f} GHz")

@@ -244,17 +244,40 @@ _ELEMENTWISE = (
 def _elementwise(node: OpNode, ctx: PlanContext) -> list[KernelCall]:
     if is_view(node):
         return []
-    return [elementwise_call(ctx, [node], node.op_name, inputs=1 if node.target in _GATHER else None)]
+    if node.target in _GATHER:
+        return [elementwise_call(ctx, [node], node.op_name, inputs=1)]
+    return [elementwise_call(ctx, [node], node.op_name, layout=pytorch_path(node))]
+
+
+def pytorch_path(node: OpNode) -> dict[str, Any]:
+    """Which of PyTorch's elementwise kernels one eager op launches (templates.elementwise.PATHS), from its
+    operands' layouts: {} for the vectorized kernel (every tensor operand contiguous, one dtype, none broadcast);
+    else path "strided" (a broadcast or strided operand: the legacy kernel, with `dims` the output's dimensions
+    of size > 1, an upper bound on what TensorIterator leaves after coalescing, and `operands` the tensor operands
+    its offsets are computed for) or "cast" (contiguous operands of mixed dtypes: the unrolled kernel)."""
+    if not node.out:
+        return {}
+    out = node.out[0]
+    tensors = [t for t in node.in_specs if t.shape and t.numel > 1]
+    broadcast = any(t.numel < out.numel for t in tensors)
+    strided = broadcast or not out.contiguous or any(not t.contiguous for t in tensors)
+    if strided:
+        dims = max(1, min(25, sum(1 for d in out.shape if d > 1)))
+        return {"path": "strided", "dims": dims, "operands": len(tensors) + len(node.out)}
+    if any(t.dtype != out.dtype for t in tensors):
+        return {"path": "cast"}
+    return {}
 
 
 _GATHER = frozenset({aten.index.Tensor, aten.index_select.default, aten.gather.default})
 
 
 def elementwise_call(ctx: PlanContext, nodes: Sequence[OpNode], op: str, *, label: str = "",
-                     inputs: int | None = None) -> KernelCall:
+                     inputs: int | None = None, layout: dict[str, Any] | None = None) -> KernelCall:
     """One elementwise kernel over the last node's output, reading the inputs the first node reads.
 
     `inputs` counts full-size input reads; by default the first node's tensor inputs' elements over the output's.
+    `layout` names PyTorch's code path for it (`pytorch_path`; none: the vectorized kernel).
     """
     out = nodes[-1].out[0]
     ins = [s for s in nodes[0].in_specs if s.shape]
@@ -262,7 +285,7 @@ def elementwise_call(ctx: PlanContext, nodes: Sequence[OpNode], op: str, *, labe
         inputs = round(sum(s.numel for s in ins) / max(out.numel, 1))
     dtype = max([out.dtype, *(s.dtype for s in ins if s.numel >= out.numel)], key=lambda d: d.nbytes)
     return ctx.call(KernelKind.ELEMENTWISE, nodes, dtype, label=label or op, numel=out.numel, inputs=inputs,
-                    outputs=len(nodes[-1].out), op=op)
+                    outputs=len(nodes[-1].out), op=op, **(layout or {}))
 
 
 @register_lowering(aten.mean.dim, aten.sum.dim_IntList, aten.sum.default, aten.amax.default, aten.max.dim,

@@ -21,6 +21,7 @@ from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.quant import QuantFormat, check_supported
 from torchsim.lowering.quant import parse as parse_quant
+from torchsim.prediction import clock_window
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.kernel_sim import (
     DEFAULT_MAX_SIM_EVENTS,
@@ -174,6 +175,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     # Every launch of a call is placed on its own (a split Flash-Decoding call: split kernel, gap, combine kernel).
     launched = [[(c, s) for c in p.calls for s in simulate_launches(c, prof, max_events=max_sim_events)]
                 for p in plans]
+    if clock_window.applies(prof):  # one clock per step under the board's averaged power limit
+        launched = [list(zip([c for c, _s in lc], clock_window.share_clock(lc, prof), strict=True))
+                    for lc in launched]
     sims = [[s for _c, s in lc] for lc in launched]
     t_sim = time.perf_counter()
 

@@ -13,7 +13,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from torchsim.hwmodels.power import has_power_model, power_w, sustained_clock, time_model, work_of
+from torchsim.hwmodels.power import (
+    active_sms_of,
+    has_power_model,
+    power_w,
+    sustained_clock,
+    time_model,
+    useful_flop_of,
+    work_of,
+)
 from torchsim.hwmodels.quantity import Quantity
 from torchsim.sim.engine import simulate
 from torchsim.sim.result import KernelResult
@@ -96,4 +104,5 @@ def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity
 
 def _work(dtype: Any, hw: Any, res: KernelResult) -> Any:
     sms = int(res.attrs.get("sms", hw.sms))
-    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms)
+    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms,
+                   active_sms_of(res.waves, sms), useful_flop_of(str(res.attrs.get("template", "")), res.flops))

@@ -62,12 +62,42 @@ def op_cost(op: str) -> tuple[float, float]:
     return OP_COST["add"]
 
 
-def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw: GpuProfile) -> KernelGraph:
+# PyTorch's three elementwise code paths (aten/src/ATen/native/cuda/CUDALoops.cuh, gpu_kernel_impl): contiguous
+# operands of one dtype take vectorized_elementwise_kernel (16 B vectors); contiguous operands that need a dtype
+# cast take unrolled_elementwise_kernel (one element per load, THREAD_WORK_SIZE 4, a trivial offset calculator);
+# any strided or broadcast operand takes the legacy elementwise_kernel<128, 4> (one element per load, each
+# element's operand offsets from an OffsetCalculator).
+PATHS = ("vectorized", "cast", "strided")
+LEGACY_ELEMENTS_PER_THREAD = 4  # elementwise_kernel<128, 4> / unrolled_elementwise_kernel's thread_work_size
+SECTOR_WAVEFRONT_BYTES = 128  # an L1 wavefront serves up to 128 B of a warp's access: a warp of scalar 2-byte
+# loads (64 B) still costs one wavefront, so an element-per-load kernel pays 128 / (32 x element size) per byte
+
+
+def index_ops(dims: int, operands: int) -> float:
+    """Integer lane instructions per element of the legacy strided kernel: OffsetCalculator::get runs, per
+    dimension, one IntDivider::divmod (__umulhi, add, shift for the quotient, a multiply-subtract for the
+    remainder: aten/src/ATen/cuda/detail/IntegerDivider.cuh) and one multiply-add per operand's offset
+    (OffsetCalculator.cuh); each operand's address is then a 64-bit base + offset x size (two more)."""
+    return float(dims * (4 + operands) + 2 * operands)
+
+
+def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw: GpuProfile,
+                path: str = "vectorized", dims: int = 1, operands: int | None = None) -> KernelGraph:
     """`outputs` tensors of `numel` elements computed from `inputs` tensors of the same size.
 
     Follows PyTorch's `vectorized_elementwise_kernel` (aten/src/ATen/native/cuda/CUDALoops.cuh): CTAs of 128
     threads, each thread one 16-byte vector per operand; all CTAs stream behind the shared DRAM queue.
+    `path` "cast" is its unrolled kernel (contiguous operands of mixed dtypes: one element per load, a convert
+    per element) and "strided" its legacy kernel (a strided or broadcast operand: one element per load, the
+    integer offset arithmetic of `index_ops` over `dims` dimensions for `operands` tensors (default inputs +
+    outputs; a broadcast input counts here but reads no full-size tensor) on the ALU pipe, half the FMA pipe's
+    lanes where int32_ops_per_clk_per_sm says so). Measured on an H200 (torchsim/validation/measured/h200-2026-12-04,
+    llama_gpu.json, the 64x1024 prefill): a strided bf16 mul moves 1.7 TB/s where the vectorized one moves 4.4.
     """
+    if path not in PATHS:
+        raise ValueError(f"elementwise: path must be one of {', '.join(PATHS)}, got {path!r}")
+    if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= 25:
+        raise ValueError(f"elementwise: dims must be an integer in 1..25 (PyTorch's MAX_DIMS), got {dims!r}")
     check_gpu("elementwise", hw)
     check_positive("elementwise", numel=numel)
     for name, v in (("inputs", inputs), ("outputs", outputs)):
@@ -76,29 +106,41 @@ def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw
     if inputs + outputs == 0:
         raise ValueError("elementwise: inputs + outputs must be >= 1 (a kernel that reads and writes nothing)")
     eb = dtype.nbytes
-    per_cta = ELEMENTWISE_THREADS * max(1, int(VECTOR_BYTES // eb))
-    operands = max(1, inputs + outputs)
-    launch = RowLaunch(fold_rows(numel, min(numel, per_cta), ELEMENTWISE_THREADS, eb * operands, hw),
+    vectorized = path == "vectorized"
+    per_thread = max(1, int(VECTOR_BYTES // eb)) if vectorized else LEGACY_ELEMENTS_PER_THREAD
+    per_cta = ELEMENTWISE_THREADS * per_thread
+    launch = RowLaunch(fold_rows(numel, min(numel, per_cta), ELEMENTWISE_THREADS, eb * max(1, inputs + outputs), hw),
                        ELEMENTWISE_THREADS)
     instr, mufu = op_cost(op)
+    port = 1.0 if vectorized else max(1.0, SECTOR_WAVEFRONT_BYTES / (32 * eb))  # LD/ST wavefronts per byte
+    if path == "cast":
+        instr += 1.0  # the convert (F2F / PRMT) of each element
+    alu_slots = 0.0
+    if path == "strided":
+        fma_lanes = float(hw.fma_flop_per_clk_per_sm.value) / 2.0
+        int_lanes = float(hw.int32_ops_per_clk_per_sm.value) or fma_lanes
+        alu_slots = index_ops(dims, operands if operands else inputs + outputs) * fma_lanes / int_lanes
 
     def write(n: int) -> TileGraph:
         w = StreamWriter(f"elementwise/{op}/{n}", dtype, launch.warps)
         coord = (aff(r=1),)
-        deps = tuple(w.load(f"in{i}", dtype, (n,), coord, f"ldg_in{i}") for i in range(inputs))
+        index = (w.simt(alu_slots * n, f"{op}.offsets"),) if alu_slots else ()
+        deps = tuple(w.load(f"in{i}", dtype, (n,), coord, f"ldg_in{i}", index, port) for i in range(inputs))
         if mufu:
             deps += (w.sfu(mufu * n, f"{op}.mufu", deps),)
         node = w.simt(instr * n, op, deps)
         for o in range(outputs):
-            w.store(f"out{o}", dtype, (n,), coord, f"stg_out{o}", (node,))
+            w.store(f"out{o}", dtype, (n,), coord, f"stg_out{o}", (node,), port)
         return w.build()
 
     return KernelGraph(
         name=f"{op}_{numel}", classes=row_classes(numel, launch, write), flops=float(numel),
         dram_bytes=float(numel * (inputs + outputs) * eb),
-        attrs={"template": "elementwise/pytorch-vectorized", "op": op, "numel": numel, "inputs": inputs,
-               "outputs": outputs, "dtype": dtype.name.lower(), "elements_per_cta": launch.rows_per_cta,
-               "threads": launch.threads},
+        attrs={"template": "elementwise/pytorch-" + {"vectorized": "vectorized", "cast": "unrolled",
+                                                     "strided": "strided"}[path],
+               "op": op, "numel": numel, "inputs": inputs, "outputs": outputs, "dtype": dtype.name.lower(),
+               "elements_per_cta": launch.rows_per_cta, "threads": launch.threads,
+               **({"path": path, "dims": dims, "operands": operands or inputs + outputs} if not vectorized else {})},
     )
 
 
@@ -201,7 +243,8 @@ def _elementwise_call(call: KernelCall, hw: Any) -> KernelGraph:
         raise NotImplementedError(f"{call.name or 'elementwise'}: {call.p('op', '?')} has no lowering; its call "
                                   "is a roofline stand-in")
     return elementwise(call.p("numel"), call.p("inputs", 1), call.p("outputs", 1), str(call.p("op", "add")),
-                       call.dtype, hw)
+                       call.dtype, hw, str(call.p("path", "vectorized")), int(call.p("dims", 1)),
+                       int(call.p("operands", 0)) or None)
 
 
 CALLS: dict[KernelKind, Callable[[KernelCall, Any], KernelGraph]] = {

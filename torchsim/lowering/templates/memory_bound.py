@@ -141,9 +141,22 @@ class StreamWriter:
         return node
 
     def load(self, tensor: str, dtype: DType, shape: tuple[int, ...], coord: tuple[Affine, ...], name: str,
-             after: tuple[int, ...] = ()) -> int:
+             after: tuple[int, ...] = (), port: float = 1.0) -> int:
+        """`port`: LD/ST port work per byte (1 for 128-bit vectors; more for narrower accesses, each of which costs
+        a whole L1 wavefront however few bytes it carries): the excess occupies the port just before the access,
+        the memory traffic stays the tile's bytes."""
         tile = TileDesc(Space.GLOBAL, dtype, shape, tensor, coord)
+        after = self._wavefronts(tile.nbytes * (port - 1.0), name, after)
         return self._after(self.b.node(self.g, Op.LDG, Unit.LDST, work=tile.nbytes, tile=tile, name=name), after)
+
+    def _wavefronts(self, extra_bytes: float, name: str, after: tuple[int, ...]) -> tuple[int, ...]:
+        """The LD/ST port time narrow accesses take beyond their bytes: port work (no memory traffic) that the
+        access then waits for; returns the access's new dependencies."""
+        if extra_bytes <= 0:
+            return after
+        tile = TileDesc(Space.SHARED, DType.BF16, (max(1, int(extra_bytes // 2)),), f"{name}_wavefronts")
+        return (self._after(self.b.node(self.g, Op.LDS, Unit.LDST, work=extra_bytes, tile=tile,
+                                        name=f"{name}.wavefronts"), after),)
 
     def reload(self, tensor: str, dtype: DType, shape: tuple[int, ...], coord: tuple[Affine, ...], name: str,
                after: tuple[int, ...] = (), l1_hit: bool = True) -> int:
@@ -155,8 +168,9 @@ class StreamWriter:
         return self._after(self.b.node(self.g, Op.LDG, Unit.LDST, work=tile.nbytes, tile=tile, name=name), after)
 
     def store(self, tensor: str, dtype: DType, shape: tuple[int, ...], coord: tuple[Affine, ...], name: str,
-              after: tuple[int, ...] = ()) -> int:
+              after: tuple[int, ...] = (), port: float = 1.0) -> int:
         tile = TileDesc(Space.GLOBAL, dtype, shape, tensor, coord)
+        after = self._wavefronts(tile.nbytes * (port - 1.0), name, after)
         return self._after(self.b.node(self.g, Op.STG, Unit.LDST, work=tile.nbytes, tile=tile, name=name), after)
 
     def simt(self, instructions: float, name: str, after: tuple[int, ...] = (), op: Op = Op.ELEMENTWISE) -> int:
