@@ -106,7 +106,8 @@ FULL = Shapes(
           (2048, 6144, 4096), (2048, 4096, 4096), (2048, 28672, 4096), (2048, 4096, 14336),
           (1, 6144, 4096), (1, 28672, 4096), (1, 4096, 14336)),
     prefill=((16, 16, 1024, 128, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True),
-             (1, 16, 16384, 128, False), (1, 32, 2048, 128, True), (1, 32, 8192, 128, True)),
+             (1, 16, 16384, 128, False), (1, 32, 2048, 128, True), (1, 32, 8192, 128, True),
+             (1, 32, 32768, 128, True)),
     decode=((16, 32, 4096, 128), (64, 32, 4096, 128), (16, 32, 16384, 128)),
     copy_bytes=(64 * MiB, 1024 * MiB),
     sustained=SUSTAINED_FULL,
@@ -324,19 +325,33 @@ def gemm(device: str, shapes: Sequence[tuple[int, int, int]], dtype: str = "bf16
     return out
 
 
-def _sdpa(device: str) -> tuple[Callable[..., Any], str]:
-    """SDPA with the FlashAttention backend forced where torch has it (CUDA), and the workload text naming the
-    backend (torchsim's attention rows map 'FlashAttention-2' to its FA2 template)."""
+def _sdpa(device: str) -> list[tuple[Callable[..., Any], str]]:
+    """SDPA with each backend torchsim's attention rows can map to a template forced in turn (CUDA), each with
+    the workload text naming it: the FlashAttention backend ('FlashAttention-2' -> the FA2 template) and, on
+    sm90+, the cuDNN backend, whose Hopper kernel is a wgmma/TMA flash forward of FlashAttention-3's class
+    (mapped to the FA3 template as the nearest modelled structure, said so in the text)."""
     torch = _torch()
     f = torch.nn.functional.scaled_dot_product_attention
     if device != "cuda":
-        return f, "torch SDPA (backend chosen by torch on the CPU)"
+        return [(f, "torch SDPA (backend chosen by torch on the CPU)")]
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def flash(*args: Any, **kw: Any) -> Any:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return f(*args, **kw)
-    return flash, "torch SDPA, FlashAttention-2 backend (SDPBackend.FLASH_ATTENTION)"
+    def forced(backend: Any) -> Callable[..., Any]:
+        def run(*args: Any, **kw: Any) -> Any:
+            with sdpa_kernel(backend):
+                return f(*args, **kw)
+        return run
+    out = [(forced(SDPBackend.FLASH_ATTENTION), "torch SDPA, FlashAttention-2 backend (SDPBackend.FLASH_ATTENTION)")]
+    cudnn = getattr(SDPBackend, "CUDNN_ATTENTION", None)
+    if cudnn is not None and torch.cuda.get_device_capability() >= (9, 0):
+        out.append((forced(cudnn), "torch SDPA, cuDNN backend (SDPBackend.CUDNN_ATTENTION: on sm90 a wgmma/TMA "
+                    "flash forward, compared with the FlashAttention-3 template)"))
+    return out
+
+
+def _short(backend: str) -> str:
+    """'FlashAttention-2', 'cuDNN' or 'SDPA': the backend a workload text names, for progress lines."""
+    return backend.split(",")[1].split()[0] if "," in backend else "SDPA"
 
 
 def attention(device: str, prefill: Sequence[tuple[int, int, int, int, bool]],
@@ -345,23 +360,23 @@ def attention(device: str, prefill: Sequence[tuple[int, int, int, int, bool]],
     """SDPA forward, bf16: prefill (batch, heads, seq, head_dim, causal) with seq_q = seq_kv, and decode (batch,
     heads, kv_len, head_dim) with one query token per sequence."""
     torch = _torch()
-    sdpa, backend = _sdpa(device)
     out = []
     cases = [(b, h, s, s, d, c) for b, h, s, d, c in prefill] + [(b, h, 1, kv, d, False) for b, h, kv, d in decode]
-    for b, h, sq, skv, d, causal in cases:
+    for (sdpa, backend), (b, h, sq, skv, d, causal) in ((x, c) for x in _sdpa(device) for c in cases):
         if min(b, h, sq, skv, d) < 1:
             raise ValueError(f"attention shape {(b, h, sq, skv, d)} has a non-positive dimension")
         q = torch.randn(b, h, sq, d, device=device, dtype=torch.bfloat16)
         k = torch.randn(b, h, skv, d, device=device, dtype=torch.bfloat16)
         v = torch.randn(b, h, skv, d, device=device, dtype=torch.bfloat16)
 
-        def fn(q: Any = q, k: Any = k, v: Any = v, c: bool = causal) -> Any:
+        def fn(q: Any = q, k: Any = k, v: Any = v, c: bool = causal, sdpa: Any = sdpa) -> Any:
             return sdpa(q, k, v, is_causal=c)
         try:
             ts, state = _timed(fn, device, timing, _sampler(device))
         except RuntimeError as exc:  # e.g. no flash kernel for this head_dim on this GPU: say so, go on
             if log:
-                log(f"attention {(b, h, sq, skv, d)}: skipped ({str(exc).splitlines()[0][:120]})")
+                log(f"attention {_short(backend)} {(b, h, sq, skv, d)}: skipped "
+                    f"({str(exc).splitlines()[0][:120]})")
             continue
         t = statistics.median(ts)
         flops = 4.0 * b * h * sq * skv * d * (0.5 if causal else 1.0)
@@ -376,7 +391,8 @@ def attention(device: str, prefill: Sequence[tuple[int, int, int, int, bool]],
         out.append(Measurement("attention", f"{backend}, {kind} forward", "bf16", params, "time_us", t * 1e6, "us",
                                _method(device), f"{detail}; {_spread(ts)}{state}"))
         if log:
-            log(f"attention {kind} b{b} h{h} sq{sq} skv{skv} d{d}{' causal' if causal else ''}: {t * 1e6:.4g} us")
+            log(f"attention {_short(backend)} {kind} b{b} h{h} sq{sq} skv{skv} d{d}"
+                f"{' causal' if causal else ''}: {t * 1e6:.4g} us")
     return out
 
 
@@ -517,22 +533,34 @@ class _Nothing:
         return None
 
 
+PARTS = ("launch", "bandwidth", "gemm", "attention", "sustained")
+
+
 def run_suite(device: str, shapes: Shapes, timing: Timing = Timing(), log: Log | None = None,
-              fp8: bool | None = None, sustained_s: float = 0.0) -> list[Measurement]:
-    """Every measurement of `shapes` on `device` (fp8 GEMMs where supported, unless `fp8` says otherwise; the
-    sustained cases for `sustained_s` seconds each when it is positive)."""
+              fp8: bool | None = None, sustained_s: float = 0.0,
+              parts: Sequence[str] = PARTS) -> list[Measurement]:
+    """Every measurement of `shapes` on `device` in `parts` (fp8 GEMMs where supported, unless `fp8` says
+    otherwise; the sustained cases for `sustained_s` seconds each when it is positive)."""
     check_device(device)
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or not parts:
+        raise ValueError(f"microbench parts must be among {', '.join(PARTS)}, got {', '.join(parts) or 'none'}")
     say = log or (lambda s: None)
-    out = launch(device, shapes.launch_kernels, timing, say)
-    out += bandwidth(device, shapes.copy_bytes, timing, say)
-    out += gemm(device, shapes.gemm, "bf16", timing, say)
+    out: list[Measurement] = []
+    if "launch" in parts:
+        out += launch(device, shapes.launch_kernels, timing, say)
+    if "bandwidth" in parts:
+        out += bandwidth(device, shapes.copy_bytes, timing, say)
     use_fp8 = fp8_supported(device) if fp8 is None else fp8
-    if use_fp8:
-        out += gemm(device, shapes.gemm, "fp8", timing, say)
-    else:
-        say("gemm fp8: skipped (torch._scaled_mm with float8_e4m3fn is not supported here)")
-    out += attention(device, shapes.prefill, shapes.decode, timing, say)
-    if sustained_s > 0 and shapes.sustained:
+    if "gemm" in parts:
+        out += gemm(device, shapes.gemm, "bf16", timing, say)
+        if use_fp8:
+            out += gemm(device, shapes.gemm, "fp8", timing, say)
+        else:
+            say("gemm fp8: skipped (torch._scaled_mm with float8_e4m3fn is not supported here)")
+    if "attention" in parts:
+        out += attention(device, shapes.prefill, shapes.decode, timing, say)
+    if "sustained" in parts and sustained_s > 0 and shapes.sustained:
         out += sustained(device, shapes.sustained, sustained_s, say, fp8=use_fp8)
     return out
 

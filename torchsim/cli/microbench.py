@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
                    help="run each sustained case (large bf16/fp8 GEMMs on random and zero data, a GEMV, a copy) "
                    "back to back this long and record the SM clock and board power it settles at, read through "
                    "NVML (the nvidia-ml-py package); 0 skips them (default 3, 1 with --quick)")
+    p.add_argument("--only", default="", metavar="PARTS",
+                   help="comma-separated parts to measure: launch, bandwidth, gemm, attention, sustained "
+                   "(default: all)")
     p.add_argument("--id-prefix", default="MB", help="row ids are PREFIX-001, ... (default MB)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help=argparse.SUPPRESS)  # testing: tiny
     p.set_defaults(func=_run)
@@ -50,7 +53,12 @@ def _run(args: argparse.Namespace) -> int:
                                                                   1.0 if args.quick else 3.0)
     if not (seconds >= 0 and seconds <= 600):
         raise ValueError(f"--sustained must be between 0 and 600 seconds, got {args.sustained}")
-    ms = mb.run_suite(args.device, shapes, timing, log, fp8=False if args.no_fp8 else None, sustained_s=seconds)
+    parts = tuple(x.strip() for x in args.only.split(",") if x.strip()) or mb.PARTS
+    bad = [x for x in parts if x not in mb.PARTS]
+    if bad:
+        raise ValueError(f"--only: unknown part(s) {', '.join(bad)}; valid: {', '.join(mb.PARTS)}")
+    ms = mb.run_suite(args.device, shapes, timing, log, fp8=False if args.no_fp8 else None, sustained_s=seconds,
+                      parts=parts)
     rows = mb.to_rows(ms, profile, env, timing, args.id_prefix, note)
     mb.write_rows(rows, args.out)
     print(f"wrote {len(rows)} rows to {args.out}; fit with: torchsim calibrate --hw {profile} --measurements "
