@@ -171,3 +171,14 @@ def test_graph_gemm_rows_constrain_the_graph_gap(tmp_path: Path) -> None:
     sensitive = {p.field: set(p.sensitive_rows) for p in c.fit.params}
     assert sensitive["launch_overhead_s"] == {"MB-001", "MB-002", "MB-003"}
     assert sensitive["graph_launch_overhead_s"] == {"MB-004", "MB-005", "MB-006"}
+
+
+def test_only_some_parts_are_measured(tmp_path: Path) -> None:
+    ms = mb.run_suite("cpu", mb.TINY, FAST, parts=("launch",))
+    assert ms and {m.category for m in ms} == {"microbenchmark"} and all("launch" in m.workload for m in ms)
+    with pytest.raises(ValueError, match="parts"):
+        mb.run_suite("cpu", mb.TINY, FAST, parts=("gpu",))
+    assert main(["microbench", "--device", "cpu", "--hw", "h200", "--out", str(tmp_path / "a.csv"),
+                 "--only", "attention"]) == 0
+    rows = read_rows(tmp_path / "a.csv")
+    assert rows and {r.category for r in rows} == {"attention"}
