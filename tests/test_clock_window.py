@@ -66,3 +66,9 @@ def test_the_fast_limit_bounds_every_kernel(h200: object, step: list[tuple[Kerne
     assert out[0].power_w <= fast_limit_w(h200) * (1 + 1e-6)  # type: ignore[attr-defined]
     lower = dataclasses.replace(h200, power_limit_fast_w=assumed(750.0, "W", "test"))
     assert share_clock(light, lower)[0].clock_hz < out[0].clock_hz  # type: ignore[attr-defined]
+
+
+def test_idle_gaps_lower_the_steps_average_power(h200: object, step: list[tuple[KernelCall, object]]) -> None:
+    busy = share_clock([step[0]], h200)
+    gappy = share_clock([step[0]], h200, idle_s=step[0][1].time_s)  # type: ignore[attr-defined]
+    assert gappy[0].clock_hz > busy[0].clock_hz  # type: ignore[attr-defined]

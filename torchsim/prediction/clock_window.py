@@ -10,7 +10,8 @@ to back with itself, at one clock for both.
 
 `share_clock` takes a step's kernels as simulated each at its own sustained clock (torchsim.sim.sustained) and
 finds the highest common clock cap under which the step's time-averaged power stays within power_limit_w, every
-kernel held at or below the clock power_limit_fast_w allows it. Power-limited kernels scale their time as 1/f
+kernel held at or below the clock power_limit_fast_w allows it; the step's gaps between kernels count at static
+power. Power-limited kernels scale their time as 1/f
 (they are compute-bound: the per-kernel solution assumed it too); the others keep their time (memory- or
 latency-bound) and draw their power at the shared clock. A step is taken as steady state (the burst a GPU allows
 from idle is not modelled: the first tens of milliseconds after idle run faster still). Profiles whose fast limit
@@ -72,14 +73,16 @@ def _highest_clock(hw: Any, k: _Kernel, limit: float) -> float:
     return lo
 
 
-def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any) -> list[Any]:
+def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any, idle_s: float = 0.0) -> list[Any]:
     """The KernelSims of one step's `launches` ((call, sim) in launch order) re-timed at the step's shared clock
-    cap; unchanged where the profile has no fast limit above its TDP or no kernel of the step is power-limited."""
+    cap; unchanged where the profile has no fast limit above its TDP or no kernel of the step is power-limited.
+    `idle_s`: the step's time between kernels (launch gaps, host stalls), drawn at static power in the average."""
     sims = [s for _c, s in launches]
     if not applies(hw) or not any(s.clock_reason.startswith("power-limited") for s in sims):
         return sims
     ks = [_Kernel(c, s, hw) for c, s in launches]
     limit = float(hw.power_limit_w.value)
+    idle_w = float(hw.static_power_w.value)
     f_lo, f_hi = float(hw.clock_min_hz.value), float(hw.clock_max_hz.value)
 
     def clocks(cap: float) -> list[float]:
@@ -88,8 +91,8 @@ def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any) -> list[Any]:
     def average(cap: float) -> float:
         fs = clocks(cap)
         times = [k.time(f) for k, f in zip(ks, fs, strict=True)]
-        energy = sum(k.power(hw, f) * t for k, f, t in zip(ks, fs, times, strict=True))
-        total = sum(times)
+        energy = sum(k.power(hw, f) * t for k, f, t in zip(ks, fs, times, strict=True)) + idle_w * idle_s
+        total = sum(times) + idle_s
         return energy / total if total > 0 else 0.0
 
     if average(f_hi) <= limit:

@@ -175,9 +175,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     # Every launch of a call is placed on its own (a split Flash-Decoding call: split kernel, gap, combine kernel).
     launched = [[(c, s) for c in p.calls for s in simulate_launches(c, prof, max_events=max_sim_events)]
                 for p in plans]
-    if clock_window.applies(prof):  # one clock per step under the board's averaged power limit
-        launched = [list(zip([c for c, _s in lc], clock_window.share_clock(lc, prof), strict=True))
-                    for lc in launched]
+    if clock_window.applies(prof):  # one clock per step under the board's averaged power limit, gaps idle
+        gaps = [sum(g for _st, g in lms[sc[0]].place([s for _c, s in lc])[0])
+                for sc, lc in zip(scenarios, launched, strict=True)]
+        launched = [list(zip([c for c, _s in lc], clock_window.share_clock(lc, prof, idle), strict=True))
+                    for lc, idle in zip(launched, gaps, strict=True)]
     sims = [[s for _c, s in lc] for lc in launched]
     t_sim = time.perf_counter()
 
