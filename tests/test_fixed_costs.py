@@ -179,3 +179,16 @@ def test_dram_figures_by_traffic_kind_stay_under_the_peak_and_scale_in_what_ifs(
     assert fast.dram_read_bytes_per_s.value == 1e12 and fast.dram_write_bytes_per_s.kind == "assumed"
     with pytest.raises(WhatIfError, match="dram_copy_bytes_per_s"):
         derive_profile(hw, {"dram_copy_bytes_per_s": "0 B/s"}, where="test.toml")
+
+
+def test_the_kernel_tail_is_added_once_per_launch() -> None:
+    """kernel_tail_cycles (calibrated on the H200 from profiler records of one-CTA kernels) lengthens every
+    launch by the same cycles, however many CTAs; profiles that have not measured it add nothing."""
+    hw = get_profile("h200")
+    tail = int(hw.kernel_tail_cycles.value)
+    assert tail > 0 and hw.kernel_tail_cycles.kind == "calibrated"
+    none = dataclasses.replace(hw, kernel_tail_cycles=dataclasses.replace(hw.kernel_tail_cycles, value=0.0))
+    for numel in (4096, 1 << 22):
+        k = elementwise(numel, 2, 1, "add", DType.BF16, hw)
+        assert simulate(k, hw).cycles - simulate(k, none).cycles == tail
+    assert all(get_profile(n).kernel_tail_cycles.value == 0 for n in GPUS if n != "h200")

@@ -129,6 +129,11 @@ class GpuProfile:
     # CTA: C*V^2*f per active SM, on the core rail (torchsim.hwmodels.power). 0 where no memory-bound kernel's
     # board power has been measured on the part: its calibrated tensor energy then carries that power for the
     # GEMM it was anchored on.
+    # Device time a kernel spends beyond its CTAs' work as a profiler records it (CUPTI start to end): the front end
+    # starting the grid and the kernel's completion (its writes acknowledged, the end signalled). Added once per
+    # launch by the engine (torchsim.sim.summary). 0 = not measured.
+    kernel_tail_cycles: Quantity = field(default_factory=lambda: assumed(
+        0.0, "cycles", "not measured on this part (no profiler record of a one-CTA kernel): no tail"))
     # The fast power cap: what no kernel may draw even for milliseconds, while power_limit_w is held as an average
     # over tens of milliseconds (torchsim.prediction.clock_window shares one clock across a step's kernels under
     # the two). 0 = not measured: the TDP caps each kernel, as it did before.
@@ -498,6 +503,10 @@ h200 = replace(
     # -- power and DVFS: the GH100 V-f range of the H100; limit, idle power and energies measured on an H200 --
     power_limit_w=measured(700, "W", H200_SMI + ": enforced power limit 700 W (NVML; default and max the same), "
                            "as " + fact(H200, "power.tdp")),
+    kernel_tail_cycles=calibrated(862, "cycles", "scripts/calibrate_fixed_h200.py: one-CTA elementwise kernels of the "
+                                  "HF Llama-3-8B eager decode step (" + H200_RUN + "/llama_gpu.json, torch.profiler "
+                                  "CUDA records, 487 calls at the 1980 MHz boost: 0.95-1.22 us each) less their "
+                                  "simulated work; the median (range 568-1173 cycles)"),
     power_limit_fast_w=calibrated(H200_FAST_W, "W", "scripts/calibrate_power_h200.py: bf16 8192^3, FP8 8192^3 and "
                                   "bf16 4096^3 GEMMs from idle run their first 5-20 ms at the clock where the model "
                                   "draws 887, 881 and 863 W (" + H200_RUN + "/power_window.json), then fall to the "
@@ -527,9 +536,9 @@ h200 = replace(
     dram_write_bytes_per_s=measured(4.636e12, "B/s", H200_MB + " MB-009 (x.fill_() of a 1 GiB fp32 buffer)"),
     dram_copy_bytes_per_s=measured(4.257e12, "B/s", H200_MB + " MB-010 (y.copy_(x) of 1 GiB, read + write "
                                    "bytes counted)"),
-    launch_overhead_s=small_kernel_gap(2.48e-6, GPU_BENCHES + " gpu-small-kernels/h200.txt", 0.67e-6,
+    launch_overhead_s=small_kernel_gap(2.48e-6, GPU_BENCHES + " gpu-small-kernels/h200.txt", 1.14e-6,
                                        "eager-stream back-to-back"),
-    graph_launch_overhead_s=small_kernel_gap(1.27e-6, GPU_BENCHES + " gpu-small-kernels/h200_graph.txt", 0.67e-6,
+    graph_launch_overhead_s=small_kernel_gap(1.27e-6, GPU_BENCHES + " gpu-small-kernels/h200_graph.txt", 1.14e-6,
                                              "CUDA-graph back-to-back"),
 )
 

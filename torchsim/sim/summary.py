@@ -40,7 +40,8 @@ def diagnose(engine: Any, t: int) -> str:
 
 def summarize(engine: Any, t: int, wall_s: float) -> KernelResult:
     hw = engine.hw
-    cycles = max(1, t)
+    tail = getattr(hw, "kernel_tail_cycles", None)  # a GPU profile's launch-to-completion overhead
+    cycles = max(1, t) + (int(tail.value) if tail is not None else 0)
     busy: dict[str, float] = {}
     sm_busy: dict[str, tuple[float, ...]] = {}  # unit -> busy cycles of each SM (load balance across SMs)
     for unit_id in sorted(engine.sms[0].units):
