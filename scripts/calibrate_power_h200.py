@@ -1,5 +1,9 @@
 """Fit the H200 power model to first-hand sustained measurements (torchsim/validation/measured/h200-2026-12-04).
 
+The same steps are the library's `torchsim calibrate --power` (torchsim/calibration/power_fit.py) for any
+microbench file; this script keeps the h200 profile's fit reproducible from that run's files, whose power probes
+came from benchmarks/power_window.py, and adds the fast power limit and the clock-window check.
+
     python scripts/calibrate_power_h200.py
 
 The rows (microbench.csv) give, for kernels run back to back for 3 s: the time per call and NVML's board power;

@@ -141,3 +141,15 @@ def limits(index: int = 0) -> dict[str, float]:
         except Exception:  # noqa: BLE001 - a field this board or driver does not report
             continue
     return out
+
+
+def idle_power(index: int = 0, seconds: float = 2.0) -> Reading | None:
+    """The board's power with nothing running, before the measuring process uses the GPU (call it first): the
+    static power of torchsim's power model (`static_power_w`). None where NVML cannot read it."""
+    sampler = Sampler(index, period_s=0.02)
+    if not sampler.available:
+        return None
+    with sampler:
+        import time as _time
+        _time.sleep(seconds)
+    return sampler.reading()

@@ -72,20 +72,23 @@ class Shapes:
 @dataclass(frozen=True)
 class SustainedCase:
     """One kernel run back to back for seconds: a GEMM (M, N, K) in bf16 or fp8 on random or all-zero data (zeros
-    toggle fewer bits, draw less power and so throttle less: a documented effect), or an fp32 copy of `shape[0]`
-    bytes."""
+    toggle fewer bits, draw less power and so throttle less: a documented effect), an fp32 copy of `shape[0]`
+    bytes, or an fp32 add (y = x + 1) over `shape[0]` bytes, the power model's probes: over 1 GiB it is
+    DRAM-bound; over a buffer that fits in L2 (the add's read and write inside it) it draws the SMs' and L2's
+    power without DRAM traffic, and runs as CUDA-graph replays of 200 adds (one add is too short to issue
+    eagerly)."""
 
-    kind: str  # gemm, copy
+    kind: str  # gemm, copy, add
     dtype: str  # bf16, fp8 (gemm); fp32 (copy)
     shape: tuple[int, ...]  # (M, N, K) or (bytes,)
     data: str = "random"  # random, zeros
 
     def __post_init__(self) -> None:
         ok = ((self.kind == "gemm" and self.dtype in ("bf16", "fp8") and len(self.shape) == 3)
-              or (self.kind == "copy" and self.dtype == "fp32" and len(self.shape) == 1))
+              or (self.kind in ("copy", "add") and self.dtype == "fp32" and len(self.shape) == 1))
         if not ok or self.data not in ("random", "zeros") or min(self.shape) < 1:
-            raise ValueError(f"sustained case {self} is not a bf16/fp8 (M, N, K) GEMM or an fp32 copy of a "
-                             f"positive byte count on random or zeros data")
+            raise ValueError(f"sustained case {self} is not a bf16/fp8 (M, N, K) GEMM or an fp32 copy or add of "
+                             f"a positive byte count on random or zeros data")
 
     def label(self) -> str:
         what = "x".join(map(str, self.shape)) if self.kind == "gemm" else f"{self.shape[0] / MiB:.4g} MiB"
@@ -97,8 +100,10 @@ SUSTAINED_FULL = (
     SustainedCase("gemm", "bf16", (8192, 8192, 8192)), SustainedCase("gemm", "bf16", (8192, 8192, 8192), "zeros"),
     SustainedCase("gemm", "bf16", (4096, 4096, 4096)), SustainedCase("gemm", "fp8", (8192, 8192, 8192)),
     SustainedCase("gemm", "fp8", (8192, 8192, 8192), "zeros"), SustainedCase("gemm", "bf16", (1, 8192, 8192)),
-    SustainedCase("copy", "fp32", (1024 * MiB,)),
+    SustainedCase("copy", "fp32", (1024 * MiB,)), SustainedCase("add", "fp32", (1024 * MiB,)),
+    SustainedCase("add", "fp32", (8 * MiB,)),
 )
+GRAPH_ADDS = 200  # adds per CUDA-graph replay of the L2-resident probe
 FULL = Shapes(
     gemm=((128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (16, 4096, 4096),
           (64, 8192, 8192), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 1024),
@@ -126,7 +131,8 @@ TINY = Shapes(  # the CPU pipeline test: seconds, not minutes
     decode=((1, 2, 16, 8),),
     copy_bytes=(64 * 1024,),
     launch_kernels=10,
-    sustained=(SustainedCase("gemm", "bf16", (16, 16, 16)), SustainedCase("copy", "fp32", (64 * 1024,))),
+    sustained=(SustainedCase("gemm", "bf16", (16, 16, 16)), SustainedCase("copy", "fp32", (64 * 1024,)),
+               SustainedCase("add", "fp32", (64 * 1024,))),
 )
 
 
@@ -479,9 +485,17 @@ def sustained(device: str, cases: Sequence[SustainedCase], seconds: float, log: 
         else:
             x = (torch.randn if case.data == "random" else torch.zeros)(case.shape[0] // 4, device=device)
             y = torch.empty_like(x)
-            fn, label, workload = functools.partial(y.copy_, x), "fp32", "copy (y.copy_(x): one read + one write)"
             work, unit = 2.0 * 4 * x.numel(), "GB/s"
-            params = {"op": "copy", "bytes": 4 * x.numel(), "bytes_moved": int(work)}
+            params = {"op": case.kind, "bytes": 4 * x.numel(), "bytes_moved": int(work)}
+            if case.kind == "copy":
+                fn, label, workload = functools.partial(y.copy_, x), "fp32", "copy (y.copy_(x): one read + one write)"
+            else:
+                fn, label, workload = (functools.partial(torch.add, x, 1.0, out=y), "fp32",
+                                       "add (y = x + 1: one read + one write)")
+                if device == "cuda" and 2 * 4 * x.numel() <= _l2_bytes():  # L2-resident: replay a graph of adds
+                    fn, work = _graph_of(fn, GRAPH_ADDS), work * GRAPH_ADDS
+                    workload += f", L2-resident, {GRAPH_ADDS} per CUDA-graph replay"
+                    params["adds_per_call"] = GRAPH_ADDS
         for _ in range(3):
             fn()
         per_call = time_loop(fn, device, Timing(0, 3, 1))[0]
@@ -523,6 +537,31 @@ def sustained(device: str, cases: Sequence[SustainedCase], seconds: float, log: 
         if log:
             log(f"sustained {case.label()}: {rate:.4g} {unit}{state}")
     return out
+
+
+def _l2_bytes() -> int:
+    props = _torch().cuda.get_device_properties(_torch().cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 0) or 0)
+
+
+def _graph_of(fn: Callable[[], Any], n: int) -> Callable[[], Any]:
+    """`n` calls of `fn` captured in one CUDA graph; its replay."""
+    torch = _torch()
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    return graph.replay
+
+
+def idle_row(reading: Any, seconds: float) -> Measurement:
+    """The board power read with nothing running before the suite (gpu_state.idle_power)."""
+    return Measurement("microbenchmark", f"board power at idle ({seconds:g} s before the suite, nothing running)",
+                       "n/a", {"kernel": "idle", "seconds": seconds}, "board_power_w", reading.power_w, "W",
+                       "cuda-events-loop", reading.note(), calls=1,
+                       how=f"NVML board power sampled every 20 ms for {seconds:g} s, the median")
 
 
 class _Nothing:

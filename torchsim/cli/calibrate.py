@@ -24,11 +24,16 @@ def register(sub: Any) -> None:
     p.add_argument("--full", action="store_true", help="every row and a finer search (slow); default quick: rows "
                    "up to 1e11 FLOPs, a 5-point grid, one sweep")
     p.add_argument("--min-rows", type=int, default=3, help="rows a parameter must move to be fitted (default 3)")
+    p.add_argument("--power", action="store_true", help="fit the power model instead (static power, the active-SM "
+                   "and DRAM energies, the bf16/FP8 tensor energies) to the file's sustained rows and idle reading "
+                   "(torchsim microbench --sustained); --params does not apply")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.power:
+        return _run_power(args)
     from torchsim.calibration.run import calibrate, report_json, report_text, write_whatif
 
     params = [x.strip() for x in args.params.split(",") if x.strip()] or None
@@ -44,4 +49,38 @@ def _run(args: argparse.Namespace) -> int:
         if args.out:
             print(f"\nwrote {args.out}" if wrote else f"\nno parameter moved from the profile's value: {args.out} "
                   "not written")
+    return 0
+
+
+def _run_power(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from torchsim.calibration.fit import select_rows
+    from torchsim.calibration.params import CalibrationError
+    from torchsim.calibration.power_fit import fit_power, report, whatif
+    from torchsim.exports.atomic import write_bytes_atomic
+    from torchsim.hwmodels import get_profile
+    from torchsim.validation.published import read_rows
+
+    if args.params:
+        raise CalibrationError("--params does not apply with --power (the power fit's fields are fixed)")
+    try:
+        hw = get_profile(args.hw)
+    except KeyError as exc:
+        raise CalibrationError(f"--hw: {exc.args[0] if exc.args else args.hw}") from None
+    rows = select_rows(read_rows(Path(args.measurements), strict=True), hw.name)
+    fit = fit_power(hw, rows)
+    wrote = bool(args.out and fit.values)
+    if wrote:
+        write_bytes_atomic(args.out, whatif(fit, Path(args.measurements).name).encode())
+    if args.json:
+        print(json.dumps({"profile": fit.profile, "fitted": {k: {"value": v, "unit": u, "rows": r}
+                                                             for k, (v, u, r) in fit.values.items()},
+                          "held_out": [{"row": i, "measured_tflops": m, "predicted_tflops": p}
+                                       for i, m, p in fit.held_out],
+                          "skipped": fit.skipped, "out": args.out if wrote else None}, indent=2))
+    else:
+        print(report(fit))
+        if args.out:
+            print(f"\nwrote {args.out}" if wrote else f"\nnothing fitted: {args.out} not written")
     return 0

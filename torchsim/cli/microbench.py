@@ -36,8 +36,10 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from torchsim.calibration import microbench as mb
+    from torchsim.calibration.gpu_state import idle_power
 
     mb.check_device(args.device)  # before anything: no CUDA is one clear line, exit 2
+    idle = idle_power(0, 2.0) if args.device == "cuda" else None  # before this process loads the GPU
     env = mb.environment(args.device)
     if args.device == "cpu" and args.hw is None:
         raise ValueError("--device cpu needs --hw (the CPU maps to no GPU profile)")
@@ -59,6 +61,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--only: unknown part(s) {', '.join(bad)}; valid: {', '.join(mb.PARTS)}")
     ms = mb.run_suite(args.device, shapes, timing, log, fp8=False if args.no_fp8 else None, sustained_s=seconds,
                       parts=parts)
+    if idle is not None and idle.power_w is not None:
+        ms = [mb.idle_row(idle, 2.0), *ms]
+        log(f"idle board power {idle.power_w:.1f} W")
     rows = mb.to_rows(ms, profile, env, timing, args.id_prefix, note)
     mb.write_rows(rows, args.out)
     print(f"wrote {len(rows)} rows to {args.out}; fit with: torchsim calibrate --hw {profile} --measurements "
