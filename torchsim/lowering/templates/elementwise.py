@@ -73,12 +73,14 @@ SECTOR_WAVEFRONT_BYTES = 128  # an L1 wavefront serves up to 128 B of a warp's a
 # loads (64 B) still costs one wavefront, so an element-per-load kernel pays 128 / (32 x element size) per byte
 
 
-def index_ops(dims: int, operands: int) -> float:
-    """Integer lane instructions per element of the legacy strided kernel: OffsetCalculator::get runs, per
+def index_ops(dims: int, operands: int, convert: bool = False) -> float:
+    """Integer/ALU lane instructions per element of the legacy strided kernel: OffsetCalculator::get runs, per
     dimension, one IntDivider::divmod (__umulhi, add, shift for the quotient, a multiply-subtract for the
     remainder: aten/src/ATen/cuda/detail/IntegerDivider.cuh) and one multiply-add per operand's offset
-    (OffsetCalculator.cuh); each operand's address is then a 64-bit base + offset x size (two more)."""
-    return float(dims * (4 + operands) + 2 * operands)
+    (OffsetCalculator.cuh); each operand's address is then a 64-bit base + offset x size (two more); each element
+    is bounds-checked and the unrolled loop advances (two more: compare and increment). `convert`: 16-bit
+    operands are widened to and narrowed from the FP32 opmath type, one conversion each."""
+    return float(dims * (4 + operands) + 2 * operands + 2 + (operands if convert else 0))
 
 
 def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw: GpuProfile,
@@ -119,7 +121,7 @@ def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw
     if path == "strided":
         fma_lanes = float(hw.fma_flop_per_clk_per_sm.value) / 2.0
         int_lanes = float(hw.int32_ops_per_clk_per_sm.value) or fma_lanes
-        alu_slots = index_ops(dims, operands if operands else inputs + outputs) * fma_lanes / int_lanes
+        alu_slots = index_ops(dims, operands if operands else inputs + outputs, eb < 4) * fma_lanes / int_lanes
 
     def write(n: int) -> TileGraph:
         w = StreamWriter(f"elementwise/{op}/{n}", dtype, launch.warps)
