@@ -245,8 +245,15 @@ def sm_limits(device: str, combined: str | None = None) -> dict[str, Any]:
     }
 
 
+# First-hand H200 measurements (torchsim/validation/measured/h200-2026-12-04, its README says how they were taken)
+H200_RUN = "torchsim/validation/measured/h200-2026-12-04"
+H200_MB = H200_RUN + "/microbench.csv"
+H200_SMI = H200_RUN + "/smi_before.txt"
+# Power fit of that run: printed by scripts/calibrate_power_h200.py (the rows it uses are named at the fields)
+H200_SM_ACTIVE_PJ, H200_DRAM_PJ, H200_BF16_PJ, H200_FP8_PJ, H200_FAST_W = 1335, 44.5, 0.7047, 0.4067, 877
+
 # Tensor energies per FLOP, bf16, at V(clock_max_hz): printed by scripts/calibrate_power.py (sources at the fields).
-A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2075, 0.8269, 0.6034
+A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2075, 0.4400, 0.6034
 
 GPU_BENCHES = "github te42kyfo/gpu-benches @ 1c36d509ee717dca9215c27135fa1e611bb03ed1"
 MICROBENCH_BW = "github SemiAnalysisAI/microbench-blackwell @ 9a068d853d5c3676939eb46fe21ff6d6a2a4133b"
@@ -437,7 +444,13 @@ h100_sxm = replace(
                                       "H100 SXM MAMF bf16 vs fp8 e4m3 TFLOPS at the same 700 W (ml-engineering "
                                       "README @ 744d01e, " + POWER_NOTES + " §1; equal clocks assumed)"),
     tensor_pj_per_flop_tf32=assumed(2 * H100_BF16_PJ, "pJ/FLOP", _TF32_E),
-    dram_pj_per_byte=assumed(24, "pJ/B", _HBM3_E),
+    # the GH100 die's active-SM and memory-path energies, measured on the H200 (the same SM, clock range and
+    # voltage; HBM3 here, HBM3e there): with them the MAMF anchor leaves the tensor energy above
+    dram_pj_per_byte=derived(H200_DRAM_PJ, "pJ/B", "the H200's, same GH100 memory path (HBM3 on this part, HBM3e "
+                             "on the H200): scripts/calibrate_power_h200.py, " + H200_RUN + "/power_window.json"),
+    sm_active_pj_per_cycle=derived(H200_SM_ACTIVE_PJ, "pJ/cycle", "the H200's, same GH100 SM, clock range and "
+                                   "voltage: scripts/calibrate_power_h200.py (an L2-resident add at boost, " +
+                                   H200_RUN + "/power_window.json)"),
     l2_pj_per_byte=assumed(5, "pJ/B", _L2_4N),
     simt_pj_per_op=assumed(5, "pJ/op", _SIMT_4N),
     tensormap_bytes=TENSORMAP,
@@ -475,12 +488,6 @@ h100_sxm = replace(
                                  fact(H100, "simt.fp32_cores_per_sm") + " cites; INT32 figure as recalled)"),
 )
 
-# First-hand H200 measurements (torchsim/validation/measured/h200-2026-12-04, its README says how they were taken)
-H200_RUN = "torchsim/validation/measured/h200-2026-12-04"
-H200_MB = H200_RUN + "/microbench.csv"
-H200_SMI = H200_RUN + "/smi_before.txt"
-# Power fit of that run: printed by scripts/calibrate_power_h200.py (the rows it uses are named at the fields)
-H200_SM_ACTIVE_PJ, H200_DRAM_PJ, H200_BF16_PJ, H200_FP8_PJ, H200_FAST_W = 1335, 44.5, 0.7047, 0.4067, 877
 
 h200 = replace(
     h100_sxm,
@@ -615,6 +622,10 @@ b200 = replace(
                                       "B200 MAMF bf16 vs fp8 TFLOPS (ml-engineering README @ 744d01e, " +
                                       POWER_NOTES + " §1; equal clocks assumed)"),
     tensor_pj_per_flop_tf32=assumed(2 * B200_BF16_PJ, "pJ/FLOP", _TF32_E),
+    dram_pj_per_byte=assumed(24, "pJ/B", _HBM3_E),  # its anchor was calibrated with these, not the GH100 values
+    sm_active_pj_per_cycle=assumed(0.0, "pJ/cycle", "assumed: not separated on this part (no measured board power "
+                                   "of a memory-bound kernel); the calibrated tensor energy absorbs it for the anchor "
+                                   "GEMM"),
     dram_read_bytes_per_s=measured(7.26e12, "B/s", MICROBENCH_BW + " tma2d_throughput/tma2d_tput_results.csv (TMA "
                                    "2D read, 1 CTA/SM, 128 KB in flight per SM, ncu dram__bytes_read)"),
     dram_write_bytes_per_s=assumed(6.9e12, "B/s", "assumed: the sustained figure (no B200 write-only stream "
