@@ -32,16 +32,16 @@ import csv
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from torchsim.calibration.power_fit import clock_for_time, simulate_at
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
-from torchsim.hwmodels.power import active_sms_of, power_w, tensor_energy_for_clock, useful_flop_of, work_of
+from torchsim.hwmodels.power import power_w, tensor_energy_for_clock
 from torchsim.hwmodels.quantity import Quantity
 from torchsim.lowering.templates import gemm
 from torchsim.lowering.templates.elementwise import elementwise
 from torchsim.prediction.repeats import simulate_kernel
-from torchsim.sim.sustained import sustain
+from torchsim.sim.sustained import result_work
 
 DATA = Path(__file__).resolve().parents[1] / "torchsim/validation/measured/h200-2026-12-04"
 IDLE_W = 79.19  # smi_before.txt: Average Power Draw 79.19 W, idle at 345 MHz
@@ -54,24 +54,6 @@ def rows() -> dict[str, dict[str, str]]:
 
 def q(v: float, unit: str) -> Quantity:
     return Quantity(v, unit, "calibrated", "scripts/calibrate_power_h200.py")
-
-
-def at(kernel: Any, hw: Any, f: float) -> Any:
-    return simulate_kernel(kernel, hw, sustained=lambda run_at, h, dt: sustain(run_at, h, dt, lock_clock_hz=f))
-
-
-def work(res: Any, hw: Any, dtype: DType) -> Any:
-    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, hw.sms,
-                   active_sms_of(res.waves, hw.sms), useful_flop_of(str(res.attrs.get("template", "")), res.flops))
-
-
-def clock_for_time(kernel: Any, hw: Any, t_meas: float, f0: float) -> tuple[float, Any]:
-    """The clock at which the simulated kernel takes `t_meas` (two refinements of f = f0 * t_sim / t_meas)."""
-    f = f0
-    for _ in range(3):
-        r = at(kernel, hw, f)
-        f = f * r.time_s / t_meas
-    return f, at(kernel, hw, f)
 
 
 def window_probes() -> dict[str, dict[str, float]]:
@@ -104,8 +86,8 @@ def main() -> None:
           f"({c_sm * 1e-12 * hw.sms * f_max:.0f} W for all SMs at boost)")
     hw = replace(hw, sm_active_pj_per_cycle=q(c_sm, "pJ/cycle"))
     add = elementwise(512 << 20, 1, 1, "add", DType.BF16, hw)  # the fp32 add's bytes as bf16 elements
-    r = at(add, hw, f_max)
-    w = work(r, hw, DType.BF16)
+    r = simulate_at(add, hw, f_max)
+    w = result_work(DType.BF16, hw, r)
     t = dramp["ms"] * 1e-3
     rest = IDLE_W + 1e-12 * (e_l2 * w.l2_bytes + float(hw.simt_pj_per_op.value) * w.simt_ops) / t \
         + c_sm * 1e-12 * w.active_sms * f_max
@@ -117,8 +99,8 @@ def main() -> None:
             ("copy_ 1 GiB", elementwise(512 << 20, 1, 1, "copy", DType.BF16, hw), copyp["ms"] * 1e-3, copyp["w"]),
             ("GEMV 1x8192x8192", gemm(1, 8192, 8192, DType.BF16, hw),
              2.0 * 8192 * 8192 / (float(mb["MB-087"]["value"]) * 1e12), float(mb["MB-089"]["value"]))):
-        r = at(kernel, hw, f_max)
-        model = power_w(hw, work(r, hw, DType.BF16), f_max, seconds=t_s)
+        r = simulate_at(kernel, hw, f_max)
+        model = power_w(hw, result_work(DType.BF16, hw, r), f_max, seconds=t_s)
         print(f"check: {label:<17} {t_s * 1e6:.1f} us per call: {model:.0f} W modelled vs {watts:.0f} W measured "
               f"({100 * (model / watts - 1):+.1f}%)")
     # 3./4. tensor energies from the power-capped GEMMs
@@ -128,7 +110,7 @@ def main() -> None:
         kernel = gemm(8192, 8192, 8192, dtype, hw)
         t = 2.0 * 8192 ** 3 / (float(mb[t_id]["value"]) * 1e12)
         f, r = clock_for_time(kernel, hw, t, 1.4e9)
-        e = tensor_energy_for_clock(hw, work(r, hw, dtype), f)
+        e = tensor_energy_for_clock(hw, result_work(dtype, hw, r), f)
         fitted[field] = e
         hw = replace(hw, **{field: q(e, "pJ/FLOP")})
         print(f"{label:<18} measured {t * 1e6:8.2f} us/call -> the simulated kernel takes it at {f / 1e9:.3f} GHz "
@@ -154,7 +136,7 @@ def main() -> None:
         t = burst[len(burst) // 2] * 1e-3
         kernel = gemm(size, size, size, dtype, hw)
         f, r = clock_for_time(kernel, hw, t, 1.6e9)
-        watts = power_w(hw, work(r, hw, dtype), f)
+        watts = power_w(hw, result_work(dtype, hw, r), f)
         fast.append(watts)
         print(f"burst {case:<12} {t * 1e6:8.1f} us/call 5-20 ms after idle -> {f / 1e9:.3f} GHz, {watts:.0f} W "
               "modelled")

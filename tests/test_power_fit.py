@@ -15,6 +15,7 @@ from torchsim.hwmodels.power import power_w
 from torchsim.hwmodels.quantity import assumed
 from torchsim.lowering.templates import gemm
 from torchsim.lowering.templates.elementwise import elementwise
+from torchsim.sim.sustained import result_work
 from torchsim.validation.published import Row
 
 MIB = 1 << 20
@@ -42,8 +43,8 @@ def rows_from(true: object) -> list[Row]:
             _row(3, "microbenchmark", "board power during add, sustained", "fp32", {"kernel": "add", **l2},
                  "board_power_w", p_l2)]
     dram = {"op": "add", "bytes": 64 * MIB, "bytes_moved": 128 * MIB}
-    res = pf._at(elementwise(32 * MIB, 1, 1, "add", DType.BF16, hw), hw, f)
-    p_dram = power_w(hw, pf._work(res, hw, DType.BF16), f, seconds=res.time_s)
+    res = pf.simulate_at(elementwise(32 * MIB, 1, 1, "add", DType.BF16, hw), hw, f)
+    p_dram = power_w(hw, result_work(DType.BF16, hw, res), f, seconds=res.time_s)
     out += [_row(4, "microbenchmark", "add, sustained", "fp32", dram, "bandwidth_gbps", 128 * MIB / res.time_s / 1e9),
             _row(5, "microbenchmark", "board power during add, sustained", "fp32", {"kernel": "add", **dram},
                  "board_power_w", p_dram)]

@@ -150,6 +150,5 @@ def idle_power(index: int = 0, seconds: float = 2.0) -> Reading | None:
     if not sampler.available:
         return None
     with sampler:
-        import time as _time
-        _time.sleep(seconds)
+        time.sleep(seconds)
     return sampler.reading()

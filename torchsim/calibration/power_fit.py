@@ -24,9 +24,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torchsim.calibration.params import CalibrationError
+from torchsim.calibration.run import _q as toml_string
 from torchsim.graph import DType
-from torchsim.hwmodels.power import active_sms_of, power_w, tensor_energy_for_clock, useful_flop_of, work_of
+from torchsim.hwmodels.power import power_w, tensor_energy_for_clock
 from torchsim.hwmodels.quantity import Quantity
+from torchsim.sim.sustained import result_work
 from torchsim.validation.published import Row
 
 POWER_FIELDS = ("static_power_w", "sm_active_pj_per_cycle", "dram_pj_per_byte", "tensor_pj_per_flop_bf16",
@@ -58,15 +60,21 @@ def _power_of(rows: list[Row], r: Row) -> Row | None:
     return None
 
 
-def _at(kernel: Any, hw: Any, f: float) -> Any:
+def simulate_at(kernel: Any, hw: Any, f: float) -> Any:
+    """`kernel` on `hw` locked at clock `f` (extrapolated where large, as predictions simulate it)."""
     from torchsim.prediction.repeats import simulate_kernel
     from torchsim.sim.sustained import sustain
     return simulate_kernel(kernel, hw, sustained=lambda run_at, h, dt: sustain(run_at, h, dt, lock_clock_hz=f))
 
 
-def _work(res: Any, hw: Any, dtype: DType) -> Any:
-    return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, hw.sms,
-                   active_sms_of(res.waves, hw.sms), useful_flop_of(str(res.attrs.get("template", "")), res.flops))
+def clock_for_time(kernel: Any, hw: Any, t: float, f0: float = 1.4e9) -> tuple[float, Any]:
+    """The clock (at most clock_max_hz) at which the simulated `kernel` takes `t` seconds, by three steps of
+    f <- f * t_sim(f) / t from `f0` (exact for a compute-bound kernel), and the kernel simulated there."""
+    f_max = float(hw.clock_max_hz.value)
+    f = f0
+    for _ in range(3):
+        f = min(f_max, f * simulate_at(kernel, hw, f).time_s / t)
+    return f, simulate_at(kernel, hw, f)
 
 
 def _gemm_shape(r: Row) -> tuple[int, int, int]:
@@ -117,8 +125,8 @@ def fit_power(hw: Any, rows: list[Row]) -> PowerFit:
         out.skipped.append("sm_active_pj_per_cycle: no L2-resident add with its board power")
     if dram is not None and (pw := _power_of(rows, dram)) is not None:
         n = dram.params["bytes"] // 2  # its bytes as bf16 elements: the energy counts bytes, not the dtype
-        res = _at(elementwise(int(n), 1, 1, "add", DType.BF16, hw), hw, f_max)
-        w = _work(res, hw, DType.BF16)
+        res = simulate_at(elementwise(int(n), 1, 1, "add", DType.BF16, hw), hw, f_max)
+        w = result_work(DType.BF16, hw, res)
         t = 2.0 * dram.params["bytes"] / (dram.value * 1e9)
         rest = power_w(replace(hw, dram_pj_per_byte=Quantity(0.0, "pJ/B", "calibrated", "fit: DRAM left out")), w,
                        f_max, seconds=t)
@@ -135,16 +143,12 @@ def fit_power(hw: Any, rows: list[Row]) -> PowerFit:
         anchor = mine[0]
         m, n, k = _gemm_shape(anchor)
         kernel = gemm(m, n, k, dtype, hw)
-        t = 2.0 * m * n * k / (anchor.value * 1e12)
-        f = 1.4e9
-        for _ in range(3):  # the clock at which the simulated kernel takes the measured time
-            f = min(f_max, f * _at(kernel, hw, f).time_s / t)
-        res = _at(kernel, hw, f)
+        f, res = clock_for_time(kernel, hw, 2.0 * m * n * k / (anchor.value * 1e12))
         if f >= f_max * (1 - 1e-6):
             out.skipped.append(f"{name}: {anchor.id} ran at boost (not power-limited): no tensor energy to fit")
             continue
         try:
-            e = tensor_energy_for_clock(hw, _work(res, hw, dtype), f)
+            e = tensor_energy_for_clock(hw, result_work(dtype, hw, res), f)
         except ValueError as exc:
             out.skipped.append(f"{name}: {exc}")
             continue
@@ -171,8 +175,7 @@ def report(fit: PowerFit) -> str:
 
 def whatif(fit: PowerFit, measurements: str) -> str:
     """A what-if TOML: the profile and the fitted power fields, each `calibrated` and citing its rows."""
-    def q(s: str) -> str:
-        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    q = toml_string
     lines = [f"# torchsim calibrate --power --hw {fit.profile} --measurements {measurements}",
              f"base = {q(fit.profile)}", f"name = {q(fit.profile + '-power')}",
              f"description = {q('power model calibrated against ' + measurements)}"]

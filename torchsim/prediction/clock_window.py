@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from torchsim.hwmodels.power import has_power_model, power_w, useful_flop_of, work_of
+from torchsim.hwmodels.power import has_power_model, power_w, sustained_clock, useful_flop_of, work_of
 
 BISECT = 48  # halvings of the clock interval (deterministic; ~1e-5 Hz resolution)
 
@@ -51,26 +51,15 @@ class _Kernel:
             self.work = work_of(hw, call.dtype, sim.cycles, sim.clock_hz, sim.unit_util, sim.dram_bytes, hw.sms,
                                 useful_flop=useful_flop_of(sim.template, sim.flops))
         self.f_fast = float(hw.clock_max_hz.value)
-        if self.limited:
-            self.f_fast = _highest_clock(hw, self, fast_limit_w(hw))
+        if self.limited and self.active:  # the highest clock within the fast limit, its time scaling as 1/f
+            fast = replace(hw, power_limit_w=replace(hw.power_limit_w, value=fast_limit_w(hw)))
+            self.f_fast = sustained_clock(fast, self.work, time_model=(0.0, sim.time_s * sim.clock_hz))
 
     def time(self, f: float) -> float:
         return self.sim.time_s * self.sim.clock_hz / f if self.limited else self.sim.time_s
 
     def power(self, hw: Any, f: float) -> float:
         return power_w(hw, self.work, f, seconds=self.time(f)) if self.active else float(hw.static_power_w.value)
-
-
-def _highest_clock(hw: Any, k: _Kernel, limit: float) -> float:
-    lo, hi = float(hw.clock_min_hz.value), float(hw.clock_max_hz.value)
-    if k.power(hw, hi) <= limit:
-        return hi
-    if k.power(hw, lo) >= limit:
-        return lo
-    for _ in range(BISECT):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if k.power(hw, mid) <= limit else (lo, mid)
-    return lo
 
 
 def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any, idle_s: float = 0.0) -> list[Any]:

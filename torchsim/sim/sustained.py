@@ -36,7 +36,7 @@ def at_clock(hw: Any, clock_hz: float, why: str) -> Any:
 
 def kernel_power_w(kernel: Any, hw: Any, res: KernelResult, activity: float = 1.0) -> float:
     """Average board power of a simulated kernel at the clock it was simulated at."""
-    return power_w(hw, _work(kernel.classes[0].graph.dtype, hw, res), activity=activity)
+    return power_w(hw, result_work(kernel.classes[0].graph.dtype, hw, res), activity=activity)
 
 
 def simulate_sustained(kernel: Any, hw: Any, *, activity: float = 1.0, lock_clock_hz: float | None = None,
@@ -74,12 +74,12 @@ def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity
             raise ValueError(f"lock_clock_hz {lock_clock_hz / 1e9:.3f} GHz is outside {hw.name}'s clock range "
                              f"[{lo / 1e9:.3f}, {hi / 1e9:.3f}] GHz (clock_min_hz, clock_max_hz)")
         res = run(at_clock(hw, lock_clock_hz, "locked clock"))
-        p = power_w(hw, _work(dtype, hw, res), activity=activity)
+        p = power_w(hw, result_work(dtype, hw, res), activity=activity)
         return replace(res, power_w=p, clock_reason=f"locked: {p:.0f} W at {lock_clock_hz / 1e9:.3f} GHz "
                                                     f"(limit {limit:.0f} W)")
     f_max = float(hw.clock_max_hz.value)
     res = run(at_clock(hw, f_max, "clock_max_hz (boost)"))
-    w = _work(dtype, hw, res)
+    w = result_work(dtype, hw, res)
     p = power_w(hw, w, activity=activity)
     if p <= limit:
         return replace(res, power_w=p, clock_reason=f"boost: {p:.0f} W < {limit:.0f} W at "
@@ -87,14 +87,14 @@ def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity
     f = sustained_clock(hw, w, activity)
     why = f"power-limited: {p:.0f} W at {f_max / 1e9:.3f} GHz over the {limit:.0f} W limit"
     res1 = run(at_clock(hw, f, why))
-    p1 = power_w(hw, _work(dtype, hw, res1), activity=activity)
+    p1 = power_w(hw, result_work(dtype, hw, res1), activity=activity)
     fit = time_model(f_max, w.seconds, f, res1.time_s) if p1 > limit * (1 + TOLERANCE) else None
     if fit is not None:
         f2 = sustained_clock(hw, w, activity, fit)
         if f2 < f:
             f = f2
             res1 = run(at_clock(hw, f, why))
-            p1 = power_w(hw, _work(dtype, hw, res1), activity=activity)
+            p1 = power_w(hw, result_work(dtype, hw, res1), activity=activity)
     res = res1
     floor = " (the clock floor)" if f <= float(hw.clock_min_hz.value) else ""
     return replace(res, power_w=p1, clock_reason=f"power-limited: {p1:.0f} W at {f / 1e9:.3f} GHz{floor} "
@@ -102,7 +102,9 @@ def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity
                                                  f"{f_max / 1e9:.3f} GHz)")
 
 
-def _work(dtype: Any, hw: Any, res: KernelResult) -> Any:
+def result_work(dtype: Any, hw: Any, res: KernelResult) -> Any:
+    """The power model's work counts of an engine result (`dtype`: the kernel's MMA dtype): its SMs, the SMs its
+    waves keep busy, and, for GEMM templates, its own FLOPs as the switching work."""
     sms = int(res.attrs.get("sms", hw.sms))
     return work_of(hw, dtype, res.cycles, res.clock_hz, res.unit_busy, res.dram_bytes, sms,
                    active_sms_of(res.waves, sms), useful_flop_of(str(res.attrs.get("template", "")), res.flops))

@@ -109,6 +109,7 @@ def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw
         raise ValueError("elementwise: inputs + outputs must be >= 1 (a kernel that reads and writes nothing)")
     eb = dtype.nbytes
     vectorized = path == "vectorized"
+    operands = operands or inputs + outputs  # the tensors the strided kernel computes offsets for
     per_thread = max(1, int(VECTOR_BYTES // eb)) if vectorized else LEGACY_ELEMENTS_PER_THREAD
     per_cta = ELEMENTWISE_THREADS * per_thread
     launch = RowLaunch(fold_rows(numel, min(numel, per_cta), ELEMENTWISE_THREADS, eb * max(1, inputs + outputs), hw),
@@ -121,7 +122,7 @@ def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw
     if path == "strided":
         fma_lanes = float(hw.fma_flop_per_clk_per_sm.value) / 2.0
         int_lanes = float(hw.int32_ops_per_clk_per_sm.value) or fma_lanes
-        alu_slots = index_ops(dims, operands if operands else inputs + outputs, eb < 4) * fma_lanes / int_lanes
+        alu_slots = index_ops(dims, operands, eb < 4) * fma_lanes / int_lanes
 
     def write(n: int) -> TileGraph:
         w = StreamWriter(f"elementwise/{op}/{n}", dtype, launch.warps)
@@ -142,7 +143,7 @@ def elementwise(numel: int, inputs: int, outputs: int, op: str, dtype: DType, hw
                                                      "strided": "strided"}[path],
                "op": op, "numel": numel, "inputs": inputs, "outputs": outputs, "dtype": dtype.name.lower(),
                "elements_per_cta": launch.rows_per_cta, "threads": launch.threads,
-               **({"path": path, "dims": dims, "operands": operands or inputs + outputs} if not vectorized else {})},
+               **({"path": path, "dims": dims, "operands": operands} if not vectorized else {})},
     )
 
 
