@@ -36,7 +36,7 @@ from pathlib import Path
 from torchsim.calibration.power_fit import clock_for_time, simulate_at
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
-from torchsim.hwmodels.power import power_w, tensor_energy_for_clock
+from torchsim.hwmodels.power import graph_idle_s, power_w, tensor_energy_for_clock
 from torchsim.hwmodels.quantity import Quantity
 from torchsim.lowering.templates import gemm
 from torchsim.lowering.templates.elementwise import elementwise
@@ -78,7 +78,7 @@ def main() -> None:
     l2p, dramp, copyp = probes["l2"], probes["dram"], probes["copy"]
     interval = l2p["ms"] * 1e-3 / 200  # one 8 MiB add per 1/200 of a replay
     l2_rate = 2 * (8 << 20) / interval  # bytes read and written through L2 per second
-    busy = 1.0 - float(hw.graph_launch_overhead_s.value) / interval  # the graph's kernel-to-kernel gap is idle
+    busy = 1.0 - graph_idle_s(hw) / interval  # the graph's kernel-to-kernel gap and each add's tail: SMs idle
     e_l2 = float(hw.l2_pj_per_byte.value)
     c_sm = (l2p["w"] - IDLE_W - e_l2 * 1e-12 * l2_rate) / (hw.sms * busy * f_max) * 1e12
     print(f"L2-resident add   {interval * 1e6:.2f} us per 8 MiB add, {l2_rate / 1e12:.2f} TB/s through L2, SMs busy "

@@ -36,7 +36,7 @@ def rows_from(true: object) -> list[Row]:
     l2 = {"op": "add", "bytes": 8 * MIB, "bytes_moved": 16 * MIB, "adds_per_call": 200}
     gbps = 5450.0
     per_add = 16 * MIB / (gbps * 1e9)
-    busy = 1.0 - float(hw.graph_launch_overhead_s.value) / per_add  # type: ignore[attr-defined]
+    busy = 1.0 - pf.graph_idle_s(hw) / per_add
     p_l2 = (float(hw.static_power_w.value) + float(hw.l2_pj_per_byte.value) * 1e-12 * 16 * MIB / per_add  # type: ignore[attr-defined]
             + float(hw.sm_active_pj_per_cycle.value) * 1e-12 * hw.sms * busy * f)  # type: ignore[attr-defined]
     out += [_row(2, "microbenchmark", "add, sustained, L2-resident", "fp32", l2, "bandwidth_gbps", gbps),

@@ -26,7 +26,7 @@ from typing import Any
 from torchsim.calibration.params import CalibrationError
 from torchsim.calibration.run import _q as toml_string
 from torchsim.graph import DType
-from torchsim.hwmodels.power import power_w, tensor_energy_for_clock
+from torchsim.hwmodels.power import graph_idle_s, power_w, tensor_energy_for_clock
 from torchsim.hwmodels.quantity import Quantity
 from torchsim.sim.sustained import result_work
 from torchsim.validation.published import Row
@@ -117,7 +117,7 @@ def fit_power(hw: Any, rows: list[Row]) -> PowerFit:
     e_l2 = float(hw.l2_pj_per_byte.value)
     if l2 is not None and (pw := _power_of(rows, l2)) is not None:
         per_add = 2.0 * l2.params["bytes"] / (l2.value * 1e9)  # seconds per add (its bytes read + written)
-        busy = max(0.0, 1.0 - float(hw.graph_launch_overhead_s.value) / per_add)
+        busy = max(0.0, 1.0 - graph_idle_s(hw) / per_add)  # gap and tail between the adds: SMs idle
         c = (pw.value - static - e_l2 * 1e-12 * 2.0 * l2.params["bytes"] / per_add) / (hw.sms * busy * f_max) * 1e12
         keep("sm_active_pj_per_cycle", c, "pJ/cycle", f"{l2.id}, {pw.id}",
              f"L2-resident add: {pw.value:.0f} W at {l2.value / 1e3:.2f} TB/s through L2, SMs {busy:.0%} busy")

@@ -90,6 +90,14 @@ def useful_flop_of(template: str, flops: float) -> float | None:
     return flops if flops > 0 and "gemm" in template else None
 
 
+def graph_idle_s(hw: Any) -> float:
+    """Per kernel replayed from a CUDA graph, the time its SMs hold no CTA: the kernel-to-kernel gap and the
+    kernel's own launch-to-completion tail (kernel_tail_cycles at the boost clock)."""
+    tail = getattr(hw, "kernel_tail_cycles", None)
+    return float(hw.graph_launch_overhead_s.value) + (float(tail.value) / float(hw.clock_max_hz.value)
+                                                      if tail is not None else 0.0)
+
+
 def active_sms_of(waves: float, sms: int) -> float:
     """SMs holding a CTA averaged over a kernel of `waves` waves (CTAs / concurrent CTA slots), taking CTAs of one
     kernel as equally long: a grid smaller than the GPU holds `waves` of the SMs; a grid of w > 1 waves runs
