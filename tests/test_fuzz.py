@@ -88,6 +88,72 @@ def test_kernel_graph_json(path: tuple[Any, ...], value: Any) -> None:
         assert str(exc)
 
 
+ROUTING = {"format": "torchsim.routing", "version": 1, "num_experts": 4, "top_k": 2, "tokens": 8,
+           "tokens_per_expert": [[4, 4, 4, 4], [8, 0, 6, 2]]}
+ROUTING_PATHS = [("format",), ("version",), ("num_experts",), ("top_k",), ("tokens",), ("tokens_per_expert",),
+                 ("tokens_per_expert", 0), ("tokens_per_expert", 1, 2), ("model",)]
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(ROUTING_PATHS), WILD), min_size=1, max_size=3))
+def test_routing_files(changes: list[tuple[tuple[Any, ...], Any]]) -> None:
+    """A routing JSON file with damaged fields loads as checked counts or raises ValueError naming the file."""
+    import tempfile
+    from pathlib import Path
+
+    from torchsim.models.routing_io import load_routing
+
+    doc = json.loads(json.dumps(ROUTING))
+    for path, value in changes:
+        target: Any = doc
+        try:
+            for k in path[:-1]:
+                target = target[k]
+            target[path[-1]] = value
+        except (IndexError, KeyError, TypeError):
+            continue
+    with tempfile.TemporaryDirectory() as d:
+        file = Path(d) / "fuzz_routing.json"
+        file.write_text(json.dumps(doc, allow_nan=True))
+        try:
+            counts = load_routing(file)
+        except ValueError as exc:
+            assert str(file) in str(exc), str(exc)
+        else:
+            assert counts.num_experts > 0 and counts.top_k >= 1
+            assert all(c >= 0 for row in counts.counts for c in row)
+
+
+TOML_LINE = st.one_of(
+    st.builds(lambda k, v: f"{k} = {json.dumps(v)}", st.sampled_from([*FIELDS[:40], "base", "name", "bogus_field"]),
+              st.one_of(st.text(max_size=10), st.integers(-10**6, 10**6), st.booleans(),
+                        st.floats(allow_nan=False, allow_infinity=False), st.builds(
+                            lambda v, u: f"{v} {u}", st.floats(allow_nan=True, allow_infinity=True),
+                            st.sampled_from(["B/s", "Hz", "SMs", "cycles", "W", ""])))),
+    st.text(max_size=30))
+
+
+@FUZZ
+@given(st.lists(TOML_LINE, max_size=5))
+def test_what_if_files(lines: list[str]) -> None:
+    """A what-if TOML file, well-formed or not, is a profile or one WhatIfError naming the file."""
+    import tempfile
+    from pathlib import Path
+
+    from torchsim.hwmodels.registry import builtin_profile
+    from torchsim.hwmodels.whatif import load_whatif
+
+    with tempfile.TemporaryDirectory() as d:
+        file = Path(d) / "fuzz_profile.toml"
+        file.write_text('base = "h100-sxm"\n' + "\n".join(lines) + "\n")
+        try:
+            hw = load_whatif(file, builtin_profile)
+        except WhatIfError as exc:
+            assert str(file) in str(exc), str(exc)
+        else:
+            assert hw.sm_count.value >= 1 and hw.clock_hz.value > 0
+
+
 @FUZZ
 @given(st.sampled_from([["predict", "--batch"], ["predict", "--decode"], ["predict", "--workers"],
                         ["kernel", "gemm", "--m", "64", "--n", "64", "--k"], ["compare", "--hw"], ["sweep", "--jobs"],
@@ -107,7 +173,8 @@ def test_command_lines_fail_fast(prefix: list[str], value: Any) -> None:
     (lambda g: g["classes"][0]["graph"]["nodes"][0].__setitem__("tile", 10**6), ["tile 1000000"]),
     (lambda g: g["classes"][0]["graph"]["nodes"][0].__setitem__("work", 1e300), ["invalid work"]),
     (lambda g: g["classes"][0]["graph"]["nodes"].clear(), ["no nodes"]),
-    (lambda g: g["classes"][0].__setitem__("params", "lots"), ["malformed JSON"]),
+    (lambda g: g["classes"][0].__setitem__("params", "lots"), ["params must be a list of rows"]),
+    (lambda g: g["classes"][0].__setitem__("params", [[0, 1]]), ["params row 0", "param_names"]),
 ])
 def test_kernel_graph_regressions(change: Any, words: list[str]) -> None:
     doc = json.loads(json.dumps(GOOD))

@@ -91,3 +91,25 @@ def test_workers_are_stopped_at_once_when_the_block_fails() -> None:
         time.sleep(0.05)  # reaped by the pool's manager thread
     assert not any(p.is_alive() for p in procs)
     assert time.perf_counter() - t0 < 15.0  # far below the 60 s the jobs would take
+
+
+@pytest.mark.parametrize(("exc", "code"), [(KeyboardInterrupt, 130), (cli.Terminated, 143)])
+def test_a_signal_raised_inside_a_finalizer_is_not_lost(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str], exc: type, code: int
+                                                       ) -> None:
+    """A signal handler's exception raised while Python runs a __del__ or weakref callback is only printed as
+    "Exception ignored"; a SIGINT landing in a worker pool's WeakValueDictionary callback let `predict` finish and
+    write its outputs. The command must still stop with the signal's status."""
+    class Finalized:
+        def __del__(self) -> None:
+            raise exc()
+
+    def func(args: argparse.Namespace) -> int:
+        Finalized()  # dropped at once: the exception goes to sys.unraisablehook, not to this frame
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        return 0
+
+    assert _run_with(monkeypatch, func) == code
+    assert "Exception ignored" not in capsys.readouterr().err

@@ -286,3 +286,36 @@ def test_sweep_kernel_params_a_template_reads_are_accepted(tmp_path: Path) -> No
     assert cli.main(["sweep", "kernel", "rmsnorm", "--param", "rows=1", "--param", "hidden=4096", "--vary",
                      "dram_bytes_per_s=2e12,3e12", "--out", str(out), "--no-progress"]) == 0
     assert out.exists()
+
+
+@pytest.mark.parametrize("size", [1000, 0, 2.5, "4", True])
+def test_a_cluster_that_cannot_launch_is_named_not_a_deadlock(size: object) -> None:
+    """A cluster never spans a GPC: 1000 CTAs was reported as a deadlock at cycle 0."""
+    from torchsim.graph import DType, KernelGraph
+    from torchsim.hwmodels import get_profile
+    from torchsim.lowering.templates.norms import rmsnorm
+    from torchsim.sim import simulate
+
+    hw = get_profile("h100-sxm")
+    doc = json.loads(rmsnorm(4, 256, DType.BF16, hw).dumps())
+    doc["attrs"]["cluster_size"] = size
+    with pytest.raises(ValueError, match="cluster_size .* from 1 to 16"):
+        simulate(KernelGraph.loads(json.dumps(doc)), hw)
+
+
+@pytest.mark.parametrize("argv", [["routing", "record", "--checkpoint", "{ckpt}", "-o", "{out}"],
+                                  ["predict", "tests/data/hf_configs/qwen2.5-7b.json"]])
+def test_commands_that_need_the_hf_extra_say_so_in_one_line(argv: list[str], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Without transformers, `routing record --checkpoint` was an 'internal error' asking for a bug report."""
+    import sys
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"model_type": "mixtral"}')
+    out = tmp_path / "r.json"
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` -> ModuleNotFoundError
+    line = one_line(capsys, [a.format(ckpt=ckpt, out=out) for a in argv])
+    assert "pip install 'torchsim[hf]'" in line and "internal error" not in line, line
+    assert not out.exists()

@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Prediction", "__version__", "predict", "sweep"]
+__all__ = ["MissingExtraError", "Prediction", "__version__", "predict", "sweep"]
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency of the command is not installed (or fails to import); the message names the extra
+    and the pip command that installs it."""
 
 # imported on first use (torch is slow to import)
 _LAZY = {"predict": "torchsim.prediction.pipeline", "Prediction": "torchsim.prediction.records",

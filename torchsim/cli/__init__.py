@@ -18,6 +18,8 @@ import sys
 import threading
 from typing import Any, NoReturn
 
+from torchsim import MissingExtraError
+
 COMMANDS = ("hw", "kernel", "routing", "predict", "serve", "compare", "sweep", "calibrate", "microbench", "collective")
 
 
@@ -125,12 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=MemoryWarning)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     previous_int = signal.signal(signal.SIGINT, _on_sigint) if _default_sigint() else None
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _redeliver_if_signal(sys.unraisablehook)
     try:
         from torchsim.cli.paths import check_outputs
 
         check_outputs(args)  # before any work: a bad output path fails in a second, not after the simulation
         return int(args.func(args) or 0)
-    except (UsageError, ValueError, KeyError, OSError) as exc:
+    except (UsageError, ValueError, KeyError, OSError, MissingExtraError) as exc:
         if isinstance(exc, BrokenPipeError):
             return _quiet_after_broken_pipe()
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
@@ -150,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         return 70
     finally:
         _WATCHDOG.cancel()
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
         if previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
@@ -188,6 +192,25 @@ _WATCHDOG = _Watchdog()
 def _default_sigint() -> bool:
     """Ctrl-C is ours to handle only where Python's own handler is in place (not ignored, not a caller's)."""
     return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _redeliver_if_signal(hook: Any) -> Any:
+    """An unraisable-exception hook that does not lose Ctrl-C or SIGTERM. A signal's exception raised while Python
+    runs a weakref callback or a __del__ (a worker pool's bookkeeping, measured: a SIGINT landing in
+    WeakValueDictionary's remove callback) is only printed as "Exception ignored in ..." and the command went on to
+    finish and write its outputs. The hook sends the signal again from a timer thread a few milliseconds later
+    (sent at once, its handler would raise inside the hook, where the exception is lost again), so it is raised in
+    the code that runs then; anything else goes to the previous hook."""
+    def redeliver(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
+            signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+            timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
+        hook(unraisable)
+    return redeliver
 
 
 def _on_sigint(signum: int, frame: Any) -> None:

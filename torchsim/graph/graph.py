@@ -272,6 +272,21 @@ KERNEL_FIELDS = ("name", "classes", "flops", "dram_bytes", "attrs")
 CLASS_FIELDS = ("graph", "params", "param_names", "threads", "regs_per_thread", "smem_bytes")
 
 
+def _param_rows(rows: Any, names: Any, where: str) -> np.ndarray:
+    """A class's `params` as an int64 [count, len(names)] array: each row one whole number per name (a row of the
+    wrong length was reshaped into a different CTA count)."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise GraphError(f"{where}: param_names must be a list of names, got {names!r}")
+    if not isinstance(rows, list):
+        raise GraphError(f"{where}: params must be a list of rows, got {type(rows).__name__}")
+    for j, row in enumerate(rows):
+        if (not isinstance(row, list) or len(row) != len(names)
+                or not all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**63 for v in row)):
+            raise GraphError(f"{where}: params row {j} is {row!r}; each row is {len(names)} whole number(s), one "
+                             f"per param_names {names}")
+    return np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
+
+
 @dataclass(frozen=True, eq=False)
 class KernelGraph:
     """A kernel launch: its CTA classes (launched in order) and what the template says about its work."""
@@ -337,8 +352,7 @@ class KernelGraph:
                 raise GraphError(f"{where}: smem_bytes must be null or a whole number >= 0, got {smem!r}")
             if not c["params"]:
                 raise GraphError(f"{where}: params lists no CTA (one row of {len(c['param_names'])} values per CTA)")
-            classes.append(CtaClass(TileGraph.from_json(c["graph"]),
-                                    np.array(c["params"], dtype=np.int64).reshape(-1, len(c["param_names"])),
+            classes.append(CtaClass(TileGraph.from_json(c["graph"]), _param_rows(c["params"], c["param_names"], where),
                                     tuple(c["param_names"]), c["threads"], c["regs_per_thread"], smem))
         kg = cls(obj["name"], tuple(classes), _amount(obj["flops"], "flops", what),
                  _amount(obj["dram_bytes"], "dram_bytes", what), dict(obj.get("attrs", {})))

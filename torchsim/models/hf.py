@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from torchsim import MissingExtraError
 from torchsim.models.llama import LlamaConfig
 from torchsim.models.mixtral import MixtralConfig
 
@@ -32,11 +33,16 @@ def require_transformers() -> ModuleType:
         import transformers
     except ModuleNotFoundError as exc:
         if exc.name != "transformers":
-            raise
-        raise ImportError(f"HuggingFace models need the optional transformers package: {HF_EXTRA_HINT}") from None
+            raise MissingExtraError(f"transformers is installed but needs {exc.name!r}, which is not: "
+                                    f"{HF_EXTRA_HINT}") from None
+        raise MissingExtraError(f"HuggingFace models need the optional transformers package: {HF_EXTRA_HINT}") \
+            from None
+    except ImportError as exc:  # installed but broken (a version conflict among its dependencies)
+        raise MissingExtraError(f"transformers is installed but fails to import ({exc}); reinstall it: "
+                                f"{HF_EXTRA_HINT}") from None
     version = tuple(int(p) for p in transformers.__version__.split(".")[:2] if p.isdigit())
     if version < MIN_TRANSFORMERS:
-        raise ImportError(f"transformers {transformers.__version__} is too old: torchsim captures HF models with "
+        raise MissingExtraError(f"transformers {transformers.__version__} is too old: torchsim captures HF models with "
                           f"torch.export, which needs transformers>=5 ({HF_EXTRA_HINT})")
     return transformers
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torchsim import MissingExtraError
 from torchsim.models import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported: the registry's default name
 from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
 
@@ -125,7 +126,7 @@ def load_config_file(path: str | Path, *, approximate: bool = False) -> Any:
             return _OTHER[0](data, name, approximate=approximate)
         raise ValueError(f"model_type {model_type!r} has no family")
     except ImportError as exc:
-        raise ImportError(f"model config file {str(p)!r} has model_type {model_type!r}: torchsim's own families "
+        raise MissingExtraError(f"model config file {str(p)!r} has model_type {model_type!r}: torchsim's own families "
                           f"are {', '.join(sorted(_FAMILIES))}; any other is built by HF transformers ({exc})") \
             from None
     except ValueError as exc:

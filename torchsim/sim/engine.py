@@ -32,6 +32,17 @@ from torchsim.sim.state import EV_LAUNCH, EV_WAKE, CtaState, SmState, gpu_units
 from torchsim.sim.summary import STALLS, diagnose, summarize
 
 
+def _cluster_size(kernel: KernelGraph, noc: NocConfig) -> int:
+    """The kernel's `cluster_size` attr: a whole number of CTAs that fits one GPC (a cluster never spans GPCs, so
+    a larger one could never launch and would only be reported as a deadlock)."""
+    raw = kernel.attrs.get("cluster_size")
+    raw = 1 if raw is None else raw
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != int(raw) or not 1 <= raw <= noc.nodes:
+        raise ValueError(f"kernel {kernel.name!r}: attrs cluster_size {raw!r} is not a thread-block cluster that can "
+                         f"launch: a whole number of CTAs from 1 to {noc.nodes} (the SMs of one GPC)")
+    return int(raw)
+
+
 def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePolicy] | None = None,
              record: bool = False, max_sms: int | None = None, l1: bool = True,
              noc: NocConfig | None = None, l2_dirty_bytes: float = 0.0) -> KernelResult:
@@ -101,7 +112,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             self.l1_lat = int(hw.l1_latency_cycles.value)
         self.l1_lines: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.l1_tensors: dict[Any, int] = {}
-        self.cluster = int(kernel.attrs.get("cluster_size", 1) or 1)
+        self.cluster = _cluster_size(kernel, noc or NocConfig())
         self.noc = ClusterNoc(noc or NocConfig()) if self.cluster > 1 else None
         self.cluster_bars = [frozenset(b for b, nm in enumerate(p.barrier_names) if nm.startswith("cluster:"))
                              for p in self.preps]
