@@ -20,7 +20,7 @@ from torchsim.graph import KernelGraph, Op, Unit
 from torchsim.hwmodels.gpu import GpuProfile
 from torchsim.sim.clusters import ClusterMixin, dsmem_nodes
 from torchsim.sim.issue import PICK_GTO, PICK_OLDEST, PICK_RR, PICK_SORT, IssueMixin
-from torchsim.sim.l1 import L1Cache, l1_capacity
+from torchsim.sim.l1 import L1Cache, l1_capacity, tile_granular
 from torchsim.sim.loop import event_loop
 from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin, dram_server
 from torchsim.sim.noc import ClusterNoc, NocConfig
@@ -112,6 +112,9 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
             self.l1_lat = int(hw.l1_latency_cycles.value)
         self.l1_lines: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.l1_tensors: dict[Any, int] = {}
+        # (class, LDG node) -> lines of its whole tile, for tensors the L1 keeps as whole tiles (L1Cache)
+        self.l1_tile_lines = self._tile_granular_reads() if self.l1 and all(
+            c.observer is None for c in self.l1) else {}
         self.cluster = _cluster_size(kernel, noc or NocConfig())
         self.noc = ClusterNoc(noc or NocConfig()) if self.cluster > 1 else None
         self.cluster_bars = [frozenset(b for b, nm in enumerate(p.barrier_names) if nm.startswith("cluster:"))
@@ -193,6 +196,22 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         return table
 
     # -- occupancy and CTA dispatch ---------------------------------------------------------------------
+    def _tile_granular_reads(self) -> dict[tuple[int, int], tuple[int, tuple[int, ...]]]:
+        """(class, LDG node) -> (lines of its tile, tile shape) for the tensors the L1 keeps as whole tiles."""
+        reads = []
+        for ci, (c, p) in enumerate(zip(self.kernel.classes, self.preps)):
+            ncoords = int(p.mem_const.shape[1]) if p.mem_nodes.size else 0
+            for m, (j, tensor) in enumerate(zip(p.mem_node_list, p.mem_tensor)):
+                if p.op[j] == Op.LDG:
+                    tile = c.graph.tiles[int(c.graph.tile[j])]
+
+                    def coords(p: Any = p, m: int = m, c: Any = c) -> np.ndarray:
+                        return (p.mem_const[m][:, None] + p.mem_coef[m] @ c.params.T).T
+                    reads.append((ci, j, (tensor, tile.shape, tile.dtype.nbytes, ncoords, coords)))
+        whole = tile_granular([r[2] for r in reads])
+        return {(ci, j): (whole[(r[0], tuple(r[1]))], tuple(r[1])) for ci, j, r in reads
+                if (r[0], tuple(r[1])) in whole}
+
     def _occupancy(self, cls: Any, p: Prepared) -> int:
         hw = self.hw
         limits = {

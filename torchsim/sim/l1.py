@@ -85,9 +85,16 @@ class L1Cache:
     The lines live in a plain dict in LRU order, oldest first: a hit moves its line to the young end by popping
     and reinserting it (the line keeps its owner), an eviction drops the first key. A dict takes a tile's fresh
     lines about twice as fast as an OrderedDict (measured: 64 vs 115 us per 512-line tile into a 2048-line
-    cache), and streaming LDG tiles are most of what a memory-bound kernel's simulation does."""
+    cache), and streaming LDG tiles are most of what a memory-bound kernel's simulation does.
 
-    __slots__ = ("capacity", "lines", "hits", "misses", "observer", "line_bytes")
+    Whole tiles (`access_tile`): a tensor whose LDG tiles never share only some of their lines (the engine
+    checks, `tile_granular`) only ever has whole tiles touched, so its lines of one tile sit together in
+    LRU order, in the tile's line order, and an eviction takes a tile's first lines first. Such a tile is one
+    entry holding how many of its lines are present (its youngest ones), with the same hits, misses and
+    evictions as its lines one at a time (tests/test_l1_lru.py compares them), at a dict operation per tile
+    instead of per line. Without an observer only (the cache-conscious policy hears of every line)."""
+
+    __slots__ = ("capacity", "lines", "hits", "misses", "observer", "line_bytes", "count", "tiles")
 
     def __init__(self, capacity_bytes: float, line_bytes: int = int(LINE_BYTES.value),
                  observer: L1Observer | None = None) -> None:
@@ -95,10 +102,74 @@ class L1Cache:
             raise ValueError(f"L1 of {capacity_bytes:.0f} B cannot hold one {line_bytes} B line (l1_bytes_per_sm)")
         self.capacity = int(capacity_bytes // line_bytes)
         self.line_bytes = line_bytes
-        self.lines: dict[Hashable, int] = {}
+        # line -> owner warp; or whole-tile key -> [lines present] (a list: the values tell entries apart)
+        self.lines: dict[Hashable, Any] = {}
         self.hits = 0
         self.misses = 0
         self.observer = observer
+        self.count = 0  # lines present (entries count a tile's present lines)
+        self.tiles = 0  # whole-tile entries present
+
+    def _evict(self, over: int, stop: Hashable = None) -> int:
+        """Drop the `over` oldest lines (a whole-tile entry loses its first lines first); stops before touching the
+        entry `stop` and returns how many lines were still to drop then (0: all dropped)."""
+        cache = self.lines
+        if not self.tiles:  # lines only: the oldest `over` keys, without a Python step per line
+            deque(map(cache.__delitem__, list(islice(cache, over))), maxlen=0)
+            self.count -= over
+            return 0
+        while over > 0:
+            key = next(iter(cache))
+            if key == stop and stop is not None:
+                return over
+            v = cache[key]
+            if type(v) is list:
+                if v[0] > over:
+                    v[0] -= over
+                    self.count -= over
+                    return 0
+                over -= v[0]
+                self.count -= v[0]
+                del cache[key]
+                self.tiles -= 1
+            else:
+                del cache[key]
+                self.count -= 1
+                over -= 1
+        return 0
+
+    def access_tile(self, key: Hashable, n: int) -> int:
+        """Touch the `n` lines of whole tile `key` (its tensor is read only in whole tiles); returns how many
+        missed. The same outcome as `access` on its lines in order: the absent first lines are inserted at the
+        young end, the present ones move there after them; where inserting them would evict one of the tile's own
+        present lines (nothing older is left), each later line is evicted just before its turn, so all miss."""
+        cache = self.lines
+        entry = cache.get(key)
+        present = entry[0] if entry is not None else 0
+        k = n - present
+        if not k:  # every line hits
+            cache[key] = cache.pop(key)
+            self.hits += n
+            return 0
+        if entry is not None:
+            over = self.count + k - self.capacity
+            if over <= 0 or not self._evict(over, stop=key):  # the lines older than the tile made the room
+                cache[key] = cache.pop(key)
+                entry[0] = n
+                self.count += k
+                self.hits += present
+                self.misses += k
+                return k
+            del cache[key]  # its own first present line would go: the whole tile misses
+            self.tiles -= 1
+            self.count -= present
+        cache[key] = [n]
+        self.tiles += 1
+        self.count += n
+        self.misses += n
+        if self.count > self.capacity:
+            self._evict(self.count - self.capacity)
+        return n
 
     def access(self, lines: tuple[Hashable, ...], owner: int, t: int) -> int:
         """Touch `lines` for warp `owner` at cycle `t`; returns how many missed (and are now allocated)."""
@@ -117,9 +188,9 @@ class L1Cache:
                 if len(fresh) == len(lines):  # distinct new lines (a tile's): appending them all, then dropping
                     # the oldest down to capacity, leaves the LRU order that one line at a time leaves
                     cache.update(fresh)
-                    over = len(cache) - capacity
-                    if over > 0:  # the oldest `over` lines, dropped without a Python step per line
-                        deque(map(cache.__delitem__, list(islice(cache, over))), maxlen=0)
+                    self.count += len(lines)
+                    if self.count > capacity:  # the oldest lines dropped
+                        self._evict(self.count - capacity)
                     self.misses += len(lines)
                     return len(lines)
             for ln in lines:
@@ -128,8 +199,9 @@ class L1Cache:
                 else:
                     missed += 1
                     cache[ln] = owner
-                    if len(cache) > capacity:
-                        del cache[next(iter(cache))]
+                    self.count += 1
+                    if self.count > capacity:
+                        self._evict(1)
             self.hits += len(lines) - missed
             self.misses += missed
             return missed
@@ -143,9 +215,71 @@ class L1Cache:
             if len(cache) > self.capacity:
                 old = next(iter(cache))
                 obs.l1_evict(pop(old), old)
+        self.count = len(cache)
         self.hits += len(lines) - missed
         self.misses += missed
         return missed
+
+
+def tile_granular(reads: Any, line_bytes: int = int(LINE_BYTES.value)) -> dict[tuple[str, tuple[int, ...]], int]:
+    """The (tensor, tile shape) pairs whose L1 reads can be kept as whole tiles, with the lines of one such tile.
+
+    `reads` gives every LDG of a kernel as (tensor, tile shape, bytes per element, coordinates in its key,
+    coordinates) where the last is a callable returning the read's key coordinates in every CTA (an int array
+    [CTAs, coordinates]; called only for a tensor read in more than one shape). A tensor qualifies when each of its
+    reads has a tile whose lines are set by its key (two dimensions with at most two key coordinates, or one
+    dimension with one) and whose row spans whole lines, and no two of its tiles share some lines but not all:
+    guaranteed for tiles of one shape (block coordinates x shape), checked on the coordinates of every CTA
+    where there are several shapes (a tail CTA's shorter tile beside the others).
+
+    >>> tile_granular([("X", (4, 256), 2.0, 2, None), ("X", (4, 256), 2.0, 2, None), ("H", (4, 96), 1.0, 2, None)])
+    {('X', (4, 256)): 16}
+    """
+    by_tensor: dict[str, list[tuple[tuple[int, ...], float, int, Any]]] = {}
+    for tensor, shape, elem_bytes, ncoords, coords in reads:
+        by_tensor.setdefault(tensor, []).append((tuple(shape), float(elem_bytes), int(ncoords), coords))
+    out = {}
+    for tensor, rs in by_tensor.items():
+        lines = {}
+        for shape, elem_bytes, ncoords, _ in rs:
+            row = shape[-1] * elem_bytes if shape else 0.0
+            keyed = (len(shape) == 2 and ncoords <= 2) or (len(shape) == 1 and ncoords == 1)
+            if not keyed or min(shape) <= 0 or row != int(row) or int(row) % line_bytes:
+                break
+            lines[shape] = (shape[0] if len(shape) == 2 else 1) * int(row) // line_bytes
+        else:
+            if len(lines) > 1 and not _disjoint_tiles(rs, line_bytes):
+                continue
+            out.update({(tensor, shape): n for shape, n in lines.items()})
+    return out
+
+
+def _disjoint_tiles(reads: list[tuple[tuple[int, ...], float, int, Any]], line_bytes: int) -> bool:
+    """Whether the distinct tiles these reads touch (over every CTA) share no line: each tile is a rectangle of
+    rows x line columns (one-dimensional tiles have line ids of their own, never equal to a 2-D tile's)."""
+    import numpy as np
+
+    rects: dict[int, list[Any]] = {1: [], 2: []}
+    for shape, elem_bytes, _, coords in reads:
+        c = np.asarray(coords(), dtype=np.int64)
+        if c.size == 0:
+            continue
+        per = int(shape[-1] * elem_bytes) // line_bytes
+        l0 = c[:, -1] * per
+        r0 = c[:, 0] * shape[0] if len(shape) == 2 else np.zeros_like(l0)
+        rows = shape[0] if len(shape) == 2 else 1
+        rects[len(shape)].append(np.stack([l0, l0 + per, r0, r0 + rows], axis=1))
+    for parts in rects.values():
+        if not parts:
+            continue
+        r = np.unique(np.concatenate(parts), axis=0)  # sorted by line column, then row
+        cols = np.unique(r[:, :2], axis=0)
+        if (cols[1:, 0] < cols[:-1, 1]).any():  # column ranges that overlap without being equal
+            return False
+        same = (r[1:, 0] == r[:-1, 0]) & (r[1:, 1] == r[:-1, 1])
+        if (r[1:, 2][same] < r[:-1, 3][same]).any():  # row ranges of one column range that overlap
+            return False
+    return True
 
 
 def l1_capacity(hw: Any) -> Quantity | None:

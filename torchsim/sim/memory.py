@@ -37,6 +37,9 @@ def dram_server(hw: Any, clk: float) -> DramServer:
     return DramServer("dram", s * rd / ref, s * wr / ref, s * cp / ref, float(lat.value) if lat is not None else 1.0)
 
 
+_WHOLE_TILE = object()  # marks the L1 keys of whole tiles: never equal to a line
+
+
 class MemoryMixin:
     """L1 lookups and a profile's memory system; the engine provides the attributes used here."""
 
@@ -46,6 +49,7 @@ class MemoryMixin:
     l1: list[L1Cache] | None
     l1_lines: dict[tuple[Any, ...], tuple[Any, ...]]
     l1_tensors: dict[Any, int]  # tensor -> its index in the L1's line ids
+    l1_tile_lines: dict[tuple[int, int], tuple[int, tuple[int, ...]]]  # (class, LDG node) -> (lines, tile shape)
 
     def _memsys(self, cta: CtaState, j: int, t: int, fe_end: int, nbytes: float, read: bool) -> tuple[int, int]:
         """Serve global read/write node `j` of `cta`, arriving at `t` and through its front end at `fe_end`, on
@@ -64,10 +68,19 @@ class MemoryMixin:
         occupancy (the event loop serves them on L2 and DRAM)."""
         if j not in cta.keys:
             return nbytes, occ
+        assert self.l1 is not None
+        whole = self.l1_tile_lines.get((cta.cls, j))
+        if whole is not None:  # a tensor read only in whole tiles: one entry per tile (L1Cache.access_tile)
+            n, shape = whole
+            key = cta.keys[j]
+            missed = self.l1[cta.sm].access_tile((_WHOLE_TILE, key[0], shape, key[1], key[-1]), n)
+            if not missed:
+                return None
+            nbytes = nbytes * missed / n
+            return nbytes, fe.occupancy(nbytes)
         lines = self._lines(cta, j)
         if not lines:
             return nbytes, occ
-        assert self.l1 is not None
         missed = self.l1[cta.sm].access(lines, cta.base + cta.prep.group[j], t)
         if not missed:
             return None
