@@ -194,3 +194,16 @@ def test_layernorm_costs_more_than_rmsnorm_and_reads_its_bias() -> None:
     assert ln.flops > rms.flops
     # DRAM-bound: the extra reduction hides behind the row reads; never materially faster than RMSNorm
     assert simulate(ln, hw).cycles >= 0.995 * simulate(rms, hw).cycles
+
+
+def test_the_remainder_cta_reads_rows_no_other_cta_reads() -> None:
+    """The last, shorter CTA of a row kernel read rows [full x rest, ...): rows of earlier CTAs again."""
+    from torchsim.graph import DType
+    from torchsim.hwmodels import get_profile
+    from torchsim.lowering.templates.elementwise import rope
+
+    kg = rope(16384, 32, 8, 128, DType.BF16, get_profile("h100-sxm"))
+    main, tail = kg.classes
+    per, rest = main.graph.tiles[0].shape[0], tail.graph.tiles[0].shape[0]
+    assert rest < per and main.count * per + rest <= 16384 + rest
+    assert int(tail.params[0, 0]) * rest >= main.count * per  # past every full block's rows

@@ -105,16 +105,19 @@ def fold_rows(rows: int, rows_per_cta: int, threads: int, row_bytes: float, hw: 
 def row_classes(rows: int, launch: RowLaunch, write: Callable[[int], TileGraph]) -> tuple[CtaClass, ...]:
     """CTA classes over `rows`: full blocks of `rows_per_cta` rows, then one CTA for the remainder.
 
-    `write(block_rows)` builds the CTA template; its tiles take the block index from CTA parameter `r`."""
+    `write(block_rows)` builds the CTA template; its tiles take the block index from CTA parameter `r` (in blocks
+    of the class's own rows: the remainder CTA's block starts at or just past row full x rows_per_cta, on lines
+    no other CTA reads, as the real last rows are)."""
     per = launch.rows_per_cta
     full, rest = divmod(rows, per)
     out = []
     if full:
         out.append(CtaClass(write(per), np.arange(full, dtype=np.int64).reshape(-1, 1), ("r",), launch.threads,
                             launch.regs_per_thread))
-    if rest:
-        out.append(CtaClass(write(rest), np.array([[full]], dtype=np.int64), ("r",), launch.threads,
-                            launch.regs_per_thread))
+    if rest:  # its tile's row block: the first of `rest` rows past the full blocks (block `full` of `rest` rows
+        # would read rows of the earlier CTAs again, hitting their lines in L1 and L2)
+        out.append(CtaClass(write(rest), np.array([[-(-full * per // rest)]], dtype=np.int64), ("r",),
+                            launch.threads, launch.regs_per_thread))
     return tuple(out)
 
 
