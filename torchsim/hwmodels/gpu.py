@@ -249,13 +249,12 @@ def sm_limits(device: str, combined: str | None = None) -> dict[str, Any]:
 H200_RUN = "torchsim/validation/measured/h200-2026-12-04"
 H200_MB = H200_RUN + "/microbench.csv"
 H200_SMI = H200_RUN + "/smi_before.txt"
-# Power fit of that run: printed by scripts/calibrate_power_h200.py (the rows it uses are named at the fields) at
-# 6d58c85, before kernel_tail_cycles shrank the graph gap; counting gap + tail as the L2 probe's idle time the
-# script now prints 1317 / 45.7 / 0.7072 / 0.4080 (within 3%); a refit, and its validation, is still owed
-H200_SM_ACTIVE_PJ, H200_DRAM_PJ, H200_BF16_PJ, H200_FP8_PJ, H200_FAST_W = 1335, 44.5, 0.7047, 0.4067, 877
+# Power fit of that run: printed by scripts/calibrate_power_h200.py (the rows it uses are named at the fields),
+# refitted with the L2 probe's idle time = graph gap + each add's kernel tail (hwmodels.power.graph_idle_s)
+H200_SM_ACTIVE_PJ, H200_DRAM_PJ, H200_BF16_PJ, H200_FP8_PJ, H200_FAST_W = 1317, 45.7, 0.7072, 0.4080, 877
 
 # Tensor energies per FLOP, bf16, at V(clock_max_hz): printed by scripts/calibrate_power.py (sources at the fields).
-A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2075, 0.4400, 0.6034
+A100_BF16_PJ, H100_BF16_PJ, B200_BF16_PJ = 1.2061, 0.4426, 0.6034
 
 GPU_BENCHES = "github te42kyfo/gpu-benches @ 1c36d509ee717dca9215c27135fa1e611bb03ed1"
 MICROBENCH_BW = "github SemiAnalysisAI/microbench-blackwell @ 9a068d853d5c3676939eb46fe21ff6d6a2a4133b"
