@@ -91,7 +91,7 @@ def test_requests_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(("argv", "words"), [
-    (["--rate", "0"], ["--rate", "> 0", "'0'"]),
+    (["--rate", "0"], ["--rate", ">= 0.0001", "'0'"]),
     (["--rate", "nan"], ["--rate", "'nan'"]),
     (["--rate", "1,,2"], ["--rate", "empty item"]),
     (["--concurrency", "0"], ["--concurrency", "between 1"]),

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # the commands print a prediction's warnings themselves (once, without a Python source line)
     warnings.filterwarnings("ignore", category=MemoryWarning)
+    previous_show, warnings.showwarning = warnings.showwarning, _one_line_cache_warnings(warnings.showwarning)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     previous_int = signal.signal(signal.SIGINT, _on_sigint) if _default_sigint() else None
     previous_hook, sys.unraisablehook = sys.unraisablehook, _redeliver_if_signal(sys.unraisablehook)
@@ -132,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         from torchsim.cli.paths import check_outputs
 
         check_outputs(args)  # before any work: a bad output path fails in a second, not after the simulation
+        from torchsim.cli.options import check_combinations
+
+        check_combinations(args)
         return int(args.func(args) or 0)
     except (UsageError, ValueError, KeyError, OSError, MissingExtraError) as exc:
         if isinstance(exc, BrokenPipeError):
@@ -153,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return 70
     finally:
         _WATCHDOG.cancel()
+        warnings.showwarning = previous_show
         sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
         if previous_int is not None:
@@ -211,6 +216,20 @@ def _redeliver_if_signal(hook: Any) -> Any:
             return
         hook(unraisable)
     return redeliver
+
+
+def _one_line_cache_warnings(show: Any) -> Any:
+    """A damaged cache entry (discarded and recomputed) is one line on stderr, not Python's two-line warning with
+    the source line that read it; other warnings go to `show`."""
+    def one_line(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+        from torchsim.prediction.cache import CacheWarning
+
+        if issubclass(category, CacheWarning):
+            print(f"warning: {message}", file=file or sys.stderr)
+            return
+        show(message, category, filename, lineno, file, line)
+    return one_line
 
 
 def _on_sigint(signum: int, frame: Any) -> None:

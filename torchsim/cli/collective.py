@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
     p.add_argument("--bytes", dest="size", default="1MiB", help="message size (8B, 64KiB, 1MiB, 1GB; nccl-tests' "
                    "sizes: all-reduce per rank, all-gather output, reduce-scatter input, all-to-all send buffer) "
                    "or a sweep LOW..HIGH (default 1MiB)")
-    p.add_argument("--factor", type=int_in(2, 1024, "size step of a sweep"), default=2,
+    p.add_argument("--factor", type=int_in(2, 1024, "size step of a sweep"), default=None,
                    help="multiplier between sizes of a sweep (default 2)")
     p.add_argument("--algo", choices=[*ALGORITHMS, "p2p", "line"], help="force an algorithm (like NCCL_ALGO; on a "
                    "Tenstorrent mesh ring or line)")
@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
                              "such as h100-sxm is not a system: a collective needs several)") from None
         ranks = args.ranks if args.ranks is not None else system.devices
         bounds = _sizes(args.size)
-        sizes = message_sizes(bounds[0], bounds[1], args.factor) if len(bounds) == 2 else bounds
+        sizes = message_sizes(bounds[0], bounds[1], args.factor or 2) if len(bounds) == 2 else bounds
         costs = [collective_cost(coll, system, ranks, s, algorithm=args.algo, protocol=args.proto,
                                  eager=args.eager) for s in sizes]
     except CollectiveError as exc:

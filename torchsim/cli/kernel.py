@@ -32,8 +32,8 @@ def register(sub: Any) -> None:
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hw", default="h100-sxm", help="hardware profile (see `torchsim hw list`)")
     p.add_argument("--dtype", default="bf16", help="bf16, fp16, fp8 (e4m3), fp8_e5m2")
-    p.add_argument("--policy", default="gto", choices=sorted(POLICIES), help="warp issue policy")
-    p.add_argument("--sms", type=int, default=None, help="restrict the launch to this many SMs")
+    p.add_argument("--policy", default=None, choices=sorted(POLICIES), help="warp issue policy (GPUs; default gto)")
+    p.add_argument("--sms", type=int, default=None, help="restrict the launch to this many SMs (GPUs)")
     p.add_argument("--clock", default="sustained",
                    help="SM clock: 'sustained' (default: the highest clock within the profile's power limit), "
                    "'profile' (the profile's clock_hz, no power model) or a locked clock in GHz, e.g. 1.5")
@@ -54,11 +54,16 @@ def simulate_for(kernel: Any, args: argparse.Namespace, family: Any = None) -> K
     """Simulate `kernel` on --hw with the command's --policy, --sms, --clock and output options (`family`: its
     repeating structure when check_size found one, so it is not looked for twice)."""
     hw = get_profile(args.hw)
+    gpu_only = [f for f, v in (("--sms", args.sms), ("--policy", args.policy)) if v is not None]
+    if gpu_only and getattr(hw.arch, "name", "") == "TENSIX":  # Tensix cores run tt-metal programs: no warps, SMs
+        verb = "apply" if len(gpu_only) > 1 else "applies"
+        raise UsageError(f"{' and '.join(gpu_only)} {verb} to GPUs (warp issue, SM count); {hw.name} is a Tenstorrent "
+                         f"profile (its kernels take --grid)")
     if args.sms is not None:
         positive("sms", args.sms)
         if hasattr(hw, "sms") and args.sms > hw.sms:  # the engine would quietly run on all of them
             raise UsageError(f"--sms {args.sms}: {hw.name} has {hw.sms} SMs (sm_count); give 1..{hw.sms}")
-    kw: dict[str, Any] = {"policy": args.policy, "record": wants_records(args), "max_sms": args.sms}
+    kw: dict[str, Any] = {"policy": args.policy or "gto", "record": wants_records(args), "max_sms": args.sms}
     clock = str(getattr(args, "clock", "sustained"))
     if clock == "profile":
         res = simulate(kernel, hw, **kw)
@@ -68,7 +73,7 @@ def simulate_for(kernel: Any, args: argparse.Namespace, family: Any = None) -> K
             from torchsim.prediction.repeats import simulate_kernel
 
             def run(g: Any, h: Any) -> KernelResult:
-                return simulate(g, h, policy=args.policy)
+                return simulate(g, h, policy=args.policy or "gto")
             return simulate_kernel(family or kernel, hw, run=run)  # extrapolated when large (method in attrs)
         return simulate_sustained(kernel, hw, **kw)
     try:

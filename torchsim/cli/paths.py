@@ -17,30 +17,44 @@ OUTPUT_FORMATS = {"parquet": ("Parquet", (".parquet", ".pq")),
 OUT_FORMATS = {"sweep": ("Parquet", (".parquet", ".pq")), "calibrate": ("what-if TOML", (".toml",)),
                "microbench": ("CSV", (".csv",))}  # --out
 INPUT_OPTIONS = ("model", "hw", "routing", "measurements", "checkpoint", "requests")
+# options whose empty value (`--grid ''`, a shell variable left unset) would otherwise mean "the default" silently
+NON_EMPTY = (*INPUT_OPTIONS, "grid", "tile", "text", "seqs", "kv_lens", "tokens_per_expert", "ray_address")
 
 
 def check_outputs(args: argparse.Namespace) -> None:
     """Before any work: each output path can be written (its directory exists and is writable), has its format's
     extension, is a regular file if it exists (a device, FIFO or socket is refused), and no two outputs, or an
     output and an input, are one file. Raises OutputError naming the option and the path."""
+    for opt in NON_EMPTY:
+        value = getattr(args, opt, None)
+        if isinstance(value, (str, Path)) and not str(value).strip():
+            name = "the model argument" if opt == "model" else f"--{opt.replace('_', '-')}"
+            raise OutputError(f"{name} is empty; give a value or leave it out")
     outputs: list[tuple[str, Path]] = []
     formats = dict(OUTPUT_FORMATS)
     if getattr(args, "command", "") in OUT_FORMATS:
         formats["out"] = OUT_FORMATS[args.command]
     for opt, (fmt, exts) in formats.items():
         value = getattr(args, opt, None)
-        if not value:
+        if value is None:
             continue
+        if not str(value).strip():
+            raise OutputError(f"--{opt}: the path is empty; give a file name or leave the option out")
         path = Path(value)
         if path.suffix.lower() not in exts and not getattr(args, "force_format", False):
             raise OutputError(f"--{opt} {value}: writes {fmt}, so the name should end in {' or '.join(exts)} "
                               f"(or pass --force-format)")
         check_destination(path)
         outputs.append((f"--{opt}", path))
-        if opt == "parquet" and getattr(args, "command", "") == "kernel":
-            outputs.append(("--parquet (its nodes table)", Path(nodes_path(value))))
-        if opt == "parquet" and getattr(args, "command", "") == "serve":
-            outputs.append(("--parquet (its iterations table)", Path(iterations_path(value))))
+        companion = {"kernel": ("nodes", nodes_path), "serve": ("iterations", iterations_path)}.get(
+            getattr(args, "command", ""))
+        if opt == "parquet" and companion is not None:
+            table, sibling = companion[0], Path(companion[1](value))
+            try:  # the second table is written beside the first: a directory there must fail before any work
+                check_destination(sibling)
+            except OutputError as exc:
+                raise OutputError(f"--parquet {value} also writes {sibling}: {exc}") from None
+            outputs.append((f"--parquet (its {table} table)", sibling))
     inputs = [(f"--{opt}" if opt != "model" else "the model config", Path(v)) for opt in INPUT_OPTIONS
               if isinstance(v := getattr(args, opt, None), str) and v and Path(v).exists()]
     seen: dict[Path, str] = {}

@@ -26,29 +26,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     # (--seq 1000000000) is a clear error rather than a 32 GB allocation
     rec.add_argument("--batch", type=int_in(1, 4096), default=4, help="sequences of random token ids (default 4)")
     rec.add_argument("--seq", type=int_in(1, 1 << 17), default=64, help="tokens per sequence (default 64)")
-    rec.add_argument("--seed", type=int, default=0, help="seed for weights and token ids (default 0)")
+    rec.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="seed for weights and token ids (default 0)")
     rec.add_argument("-o", "--output", type=Path, required=True, help="routing file to write (.json or .parquet)")
     rec.set_defaults(func=_record)
     show = sub.add_parser("show", help="print a routing file or a synthetic pattern")
     show.add_argument("source", help="a .json/.parquet routing file, or balanced|skewed|zipf[:s]|dirichlet[:alpha]")
-    show.add_argument("--model", default="mixtral-8x7b", help="model whose layers/experts a pattern is sized for")
-    show.add_argument("--tokens", type=int_in(0, 1 << 40), default=0,
+    show.add_argument("--model", default=None,
+                      help="model whose layers/experts a pattern is sized for (default mixtral-8x7b; a file has its "
+                      "own)")
+    show.add_argument("--tokens", type=int_in(1, 1 << 40), default=None,
                       help="tokens to route (default: the file's own count; 2048 for patterns)")
-    show.add_argument("--seed", type=int, default=0, help="seed of the random patterns (default 0)")
+    show.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="seed of the random patterns (default 0)")
     show.set_defaults(func=_show)
 
 
 MAX_TOKENS = 1 << 20  # tokens one `routing record` routes: activations for them are held on CPU at once
+MAX_SEED = (1 << 63) - 1  # numpy's and torch's generators take seeds in [0, 2**63)
+# the random-init weights `routing record` builds on CPU in float32: above this the model would not fit in the
+# memory of a workstation (mixtral-8x7b is 187 GB in float32), so the recording is refused before allocating
+MAX_RECORD_WEIGHT_BYTES = 8 << 30
 
 
-def _token_ids(args: argparse.Namespace, vocab_size: int) -> Any:
-    import torch
-
+def _check_tokens(args: argparse.Namespace) -> None:
     if args.batch <= 0 or args.seq <= 0:
         raise UsageError(f"--batch and --seq must be > 0, got {args.batch} and {args.seq}")
     if args.batch * args.seq > MAX_TOKENS:
         raise UsageError(f"--batch {args.batch} x --seq {args.seq} = {args.batch * args.seq:,} tokens is above the "
                          f"{MAX_TOKENS:,} a recording runs at once on CPU; record fewer tokens")
+
+
+def _token_ids(args: argparse.Namespace, vocab_size: int) -> Any:
+    import torch
+
+    _check_tokens(args)
     return torch.randint(0, vocab_size, (args.batch, args.seq), generator=torch.Generator().manual_seed(args.seed))
 
 
@@ -86,6 +96,7 @@ def _record(args: argparse.Namespace) -> int:
         cfg = get_config(args.model)
         if not isinstance(cfg, MixtralConfig):
             raise UsageError(f"model {args.model!r} has no MoE layers; give a Mixtral-family config")
+        _check_recordable(args, cfg)
         import torch
 
         model = build_mixtral(cfg, device="cpu", dtype=torch.float32, seed=args.seed)
@@ -97,6 +108,21 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_recordable(args: argparse.Namespace, cfg: Any) -> None:
+    """Refuse, before building, a recording that would not fit on CPU or runs past the model's context."""
+    _check_tokens(args)
+    weights = 4 * cfg.param_count()
+    if weights > MAX_RECORD_WEIGHT_BYTES:
+        raise UsageError(f"--model {args.model}: recording builds its {cfg.param_count() / 1e9:.1f}B parameters on CPU "
+                         f"in float32 ({weights / 2**30:.0f} GiB, above the {MAX_RECORD_WEIGHT_BYTES >> 30} GiB "
+                         f"torchsim allows); record a small config (mixtral-tiny) or a real checkpoint's router "
+                         f"(--checkpoint), or use a pattern (`--routing skewed`)")
+    context = int(getattr(cfg, "max_position_embeddings", 0) or 0)
+    if context and args.seq > context:
+        raise UsageError(f"--seq {args.seq} is longer than {args.model}'s context of {context} tokens "
+                         f"(max_position_embeddings); give --seq 1..{context}")
+
+
 def _show(args: argparse.Namespace) -> int:
     from torchsim.models.mixtral import MixtralConfig
     from torchsim.models.registry import get_config
@@ -104,9 +130,13 @@ def _show(args: argparse.Namespace) -> int:
     from torchsim.models.routing_io import load_routing
 
     if Path(args.source).suffix.lower() in (".json", ".parquet"):
+        if args.model is not None:
+            raise UsageError(f"--model sizes a pattern; the routing file {args.source} has its own layers and experts "
+                             f"(drop --model)")
         counts = load_routing(args.source)
         print((counts.scaled(args.tokens) if args.tokens else counts).describe())
         return 0
+    args.model = args.model or "mixtral-8x7b"
     cfg = get_config(args.model)
     if not isinstance(cfg, MixtralConfig):
         raise UsageError(f"model {args.model!r} has no MoE layers; give a Mixtral-family config")

@@ -124,9 +124,11 @@ def _rates(text: str) -> tuple[float, ...]:
             v = float(item)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{item!r} is not a number of requests per second") from None
-        if not math.isfinite(v) or v <= 0:
-            raise argparse.ArgumentTypeError(f"a rate must be a finite number of requests per second > 0, got "
-                                             f"{item!r}")
+        from torchsim.serving.load import MIN_RATE
+
+        if not math.isfinite(v) or v < MIN_RATE:
+            raise argparse.ArgumentTypeError(f"a rate must be a finite number of requests per second >= {MIN_RATE:g}, "
+                                             f"got {item!r}")
         return v
 
     return _listed(text, one)

@@ -30,6 +30,11 @@ def check_destination(path: Path) -> Path:
         raise OutputError(f"cannot write {path}: directory {directory} does not exist")
     if not directory.is_dir():
         raise OutputError(f"cannot write {path}: {directory} is not a directory")
+    limit = _name_max(directory) - _TEMP_EXTRA
+    if len(os.fsencode(path.name)) > limit:
+        raise OutputError(f"cannot write {path}: the file name is {len(os.fsencode(path.name))} bytes, above the "
+                          f"{limit} this filesystem allows torchsim (its limit less the temporary file's prefix and "
+                          f"suffix); give a shorter name")
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a directory; give a file name")
     if path.exists() and not path.is_file():
@@ -38,6 +43,16 @@ def check_destination(path: Path) -> Path:
     if not os.access(directory, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {path}: directory {directory} is not writable")
     return directory
+
+
+_TEMP_EXTRA = len(".") + len(".") + 8 + len(".partial")  # mkstemp(prefix=f".{name}.", suffix=".partial"): 8 random
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no such limit reported
+        return 255
 
 
 def _final_mode(path: Path) -> int:

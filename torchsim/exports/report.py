@@ -95,7 +95,7 @@ def comparison_table(summaries: Sequence[RunSummary], top: int = 5) -> str:
         ["decode tokens/s", *["-" if s.tokens_per_s is None else f"{s.tokens_per_s:,.1f}" for s in summaries]],
         ["total (ms)", *[_ms(s.total_s) for s in summaries]],
     ]
-    for i in range(top):
+    for i in range(min(top, max((len(s.top) for s in summaries), default=0))):
         rows.append([f"top kernel {i + 1}", *[f"{_short(s.top[i][0])} {s.top[i][1]:.0%}" if i < len(s.top) else ""
                                              for s in summaries]])
     rows.append(["bound (by time)", *[f"{s.bound[0][0]} {s.bound[0][1]:.0%}" if s.bound else "-" for s in summaries]])

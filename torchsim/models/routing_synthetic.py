@@ -73,7 +73,7 @@ def synthetic_routing(spec: str | RoutingPattern, *, num_layers: int, num_expert
         if pattern is RoutingPattern.BALANCED:
             rows.append(allocate(np.ones(num_experts), tokens, top_k))
         elif pattern is RoutingPattern.SKEWED:
-            rows.append(_skewed(num_experts, top_k, tokens, float(value or 0.5)))
+            rows.append(_skewed(num_experts, top_k, tokens, 0.5 if value is None else float(value)))
         elif pattern is RoutingPattern.ZIPF:
             s = _positive(value, "zipf exponent s")
             popularity = np.arange(1, num_experts + 1, dtype=np.float64) ** -s

@@ -135,6 +135,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if quant is not None and fp8_checkpoint and quant.strip().lower() not in ("none", "fp8"):
         raise ValueError(f"dtype='fp8' is an FP8 checkpoint and quant={quant!r} another format; give one of them "
                          "(quant='fp8' is the same as dtype='fp8')")
+    _check_fp8(dtype, prof)
     lms = {ph: LaunchModel.for_mode(launch, prof, ph) for ph in ("prefill", "decode")}
     samples = _sample_steps(decode_steps, decode_samples)
     scenarios: list[tuple[str, int | None, int, int]] = [("prefill", None, prompt_len, 0)]
@@ -271,6 +272,15 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                       warnings=tuple(warnings), timings_s=timings, stats=stats, tp=tp, system=system, ep=ep, pp=pp)
 
 
+def _check_fp8(dtype: str, prof: Any) -> None:
+    """An FP8 checkpoint on a GPU without FP8 tensor cores (an A100) is refused, as `kernel gemm --dtype fp8` is."""
+    if dtype.strip().lower() in ("fp8", "fp8_e4m3", "e4m3") and isinstance(prof, GpuProfile) \
+            and not prof.supports(DType.FP8_E4M3):
+        raise ValueError(f"dtype='fp8' runs the decoder-layer GEMMs on FP8 tensor cores; {prof.name} has tensor cores "
+                         f"for {', '.join(prof.tensor_formats())} (FP8 needs sm89 or newer: H100, H200, B200); give "
+                         f"dtype bf16, or quant w8a16 for 8-bit weights")
+
+
 def step_entry(model: Any, hw: Any, *, rows: int, q: int, past: int, dtype: str = "bf16",
                kv_cache: str | None = None, quant: str | None = None, tp: int = 1, system: str | None = None,
                preset: str = "serving", cache: bool = True) -> tuple[PlanEntry, Any, str]:
@@ -287,6 +297,7 @@ def step_entry(model: Any, hw: Any, *, rows: int, q: int, past: int, dtype: str 
             raise ValueError(f"system {system!r} has {device.name} GPUs; hw is {prof.name!r}")
     else:
         prof, system = _devices(hw, tp)
+    _check_fp8(dtype, prof)
     scenarios: list[tuple[str, int | None, int, int]] = [("decode" if q == 1 else "prefill", None, q, past)]
     plan_cache = PlanCache() if cache else None
     pkey = plan_key(model, prof, _hw_hash(prof), [], step=f"{rows}x{q}+{past}", preset=preset,

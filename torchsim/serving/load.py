@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,10 @@ ARRIVAL = ("arrival_s", "arrival_time", "timestamp")
 INPUT = ("input_len", "input_tokens", "prompt_len")
 OUTPUT = ("output_len", "output_tokens")
 MAX_TOKENS = 1 << 24
+# the latest arrival a run takes, in seconds (about 116 days): a serving run simulates every iteration between
+# arrivals, and a time past this is a unit mistake (ms or us for s), not a load
+MAX_ARRIVAL_S = 1e7
+MIN_RATE = 1e-4  # requests per second (one every ~3 hours): below, a run of any size spans beyond MAX_ARRIVAL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +100,15 @@ def synthetic(n: int, input_len: LengthDist, output_len: LengthDist, *, rate: fl
     t = 0 when `rate` is None (offline, and closed-loop loads, whose arrivals the engine sets)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"the number of requests must be a whole number >= 1, got {n!r}")
-    if rate is not None and (not math.isfinite(rate) or rate <= 0):
-        raise ValueError(f"the request rate must be a finite number > 0 (requests per second), got {rate!r}")
+    if rate is not None and (not math.isfinite(rate) or rate < MIN_RATE):
+        raise ValueError(f"the request rate must be a finite number >= {MIN_RATE:g} requests per second, got {rate!r}")
     rng = np.random.Generator(np.random.PCG64(seed))
     ins, outs = input_len.sample(rng, n, limit), output_len.sample(rng, n, limit)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n)) if rate else np.zeros(n)
+    if n and arrivals[-1] > MAX_ARRIVAL_S:
+        raise ValueError(f"{n:,} requests at {rate:g} requests/s arrive over {arrivals[-1]:,.0f} s, beyond the "
+                         f"{MAX_ARRIVAL_S:,.0f} s (about 116 days) a serving run spans; raise the rate or draw fewer "
+                         f"requests")
     return [Request(i, float(arrivals[i]), int(ins[i]), int(outs[i])) for i in range(n)]
 
 
@@ -125,9 +134,17 @@ def read_requests(path: str | Path) -> list[Request]:
             raise ValueError(f"request file {str(p)!r} is not UTF-8 text (byte {exc.start}); give JSONL, CSV or "
                              "Parquet") from None
         if suffix == ".csv":
-            lines = text.splitlines()
+            lines = text.lstrip("\ufeff").splitlines()  # a spreadsheet's UTF-8 byte-order mark
             reader = csv.DictReader(lines)
-            rows = [(f"line {i + 2}", dict(r)) for i, r in enumerate(reader)]
+            try:
+                rows = [(f"line {i + 2}", dict(r)) for i, r in enumerate(reader)]
+            except csv.Error as exc:
+                raise ValueError(f"{p}: not a readable CSV file ({exc})") from None
+            for where, r in rows:
+                extra: Any = r.get(None)  # type: ignore[call-overload]  # DictReader's key for cells past the header
+                if extra is not None:
+                    raise ValueError(f"{p}: {where} has {len(r) - 1 + len(extra)} cells but the header names "
+                                     f"{len(r) - 1} columns ({', '.join(map(str, reader.fieldnames or []))})")
         elif suffix in (".jsonl", ".json", ".ndjson"):
             for i, line in enumerate(text.splitlines()):
                 if not line.strip():
@@ -136,6 +153,10 @@ def read_requests(path: str | Path) -> list[Request]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{p}: line {i + 1} is not a JSON object: {exc.msg}") from None
+                except RecursionError:
+                    raise ValueError(f"{p}: line {i + 1} is nested too deeply to be a request") from None
+                except ValueError as exc:  # a number past int_max_str_digits
+                    raise ValueError(f"{p}: line {i + 1}: {exc}") from None
                 if not isinstance(obj, dict):
                     raise ValueError(f"{p}: line {i + 1} is not a JSON object (got {type(obj).__name__})")
                 rows.append((f"line {i + 1}", obj))
@@ -160,8 +181,9 @@ def _request(i: int, where: str, row: dict[str, object], path: Path) -> Request:
         return default
 
     arrival = _number(field(ARRIVAL, 0.0), f"{path}: {where}: {ARRIVAL[0]}")
-    if not math.isfinite(arrival) or arrival < 0:
-        raise ValueError(f"{path}: {where}: {ARRIVAL[0]} must be a finite number >= 0, got {arrival!r}")
+    if not math.isfinite(arrival) or not 0 <= arrival <= MAX_ARRIVAL_S:
+        raise ValueError(f"{path}: {where}: {ARRIVAL[0]} must be a time in seconds in 0..{MAX_ARRIVAL_S:g} (about 116 "
+                         f"days), got {arrival!r}")
     lens = []
     for names in (INPUT, OUTPUT):
         v = _number(field(names), f"{path}: {where}: {names[0]}")

@@ -8,7 +8,7 @@ import io
 import json
 from typing import Any
 
-from torchsim.cli import UsageError
+from torchsim.cli import UsageError, int_in
 from torchsim.cli.kernel import add_common, emit_outputs, positive, run_and_report
 from torchsim.cli.kernels.attention import add_shape, parse_kv_lens, shape_from, varlen_args
 from torchsim.graph import DType, KernelGraph
@@ -26,7 +26,8 @@ def register(sub: Any) -> None:
                    help="varlen decode: the K/V length of each sequence, e.g. 100,2000,512 (FlashAttention's "
                         "seqused_k over a paged cache); sets --batch and --seq-kv")
     p.add_argument("--causal", action="store_true", help="causal mask among the new query tokens")
-    p.add_argument("--page-size", type=int, default=0, help="paged K/V: tokens per page (0: contiguous)")
+    p.add_argument("--page-size", type=int_in(0, 1 << 16), default=0,
+                   help="paged K/V: tokens per page (0, the default: contiguous)")
     p.add_argument("--splits", type=int, default=None, help="K/V splits (default: FlashAttention's heuristic)")
     p.add_argument("--variant", default=None, choices=[AttnVariant.FA2.value, AttnVariant.FA3.value],
                    help="split kernel structure (default: fa2 on sm80, fa3 on sm90+)")
@@ -39,7 +40,7 @@ def register(sub: Any) -> None:
     m.add_argument("--seq-kv", type=int, required=True, help="K/V cache length")
     m.add_argument("--head-dim", type=int, default=576, help="Q/K head dim (576 = 512 latent + 64 RoPE)")
     m.add_argument("--head-dim-v", type=int, default=512, help="V head dim (512)")
-    m.add_argument("--page-size", type=int, default=64, help="tokens per K/V page (default 64)")
+    m.add_argument("--page-size", type=int_in(1, 1 << 16), default=64, help="tokens per K/V page (default 64)")
     m.add_argument("--splits", type=int, default=None, help="K/V splits (default: heuristic)")
     add_common(m)
     m.set_defaults(func=_run_mla)

@@ -47,9 +47,9 @@ def register(sub: Any) -> None:
     t.add_argument("--grid", default=None, help="core grid COLSxROWS, e.g. 8x8 (default: the chip's compute grid)")
     t.add_argument("--in1-dtype", default=None, help="weight (in1) data format, e.g. bfp8_b (default: --dtype)")
     t.add_argument("--out-dtype", default=None, help="output data format (default: --dtype)")
-    t.add_argument("--program", default="mcast", choices=("mcast", "dram-sharded"),
-                   help="mcast: 2D/1D multicast matmul; dram-sharded: tt-metal's decode matmul (one worker per "
-                   "DRAM bank)")
+    t.add_argument("--program", default=None, choices=("mcast", "dram-sharded"),
+                   help="mcast (default): 2D/1D multicast matmul; dram-sharded: tt-metal's decode matmul (one worker "
+                   "per DRAM bank)")
     add_common(p)
     p.set_defaults(func=_run)
 
@@ -95,10 +95,15 @@ def _run(args: argparse.Namespace) -> int:
         dtype = parse(quant).mma_dtype(dtype)
     if hw.arch is Arch.TENSIX:
         return _run_tensix(args, hw, dtype)
-    given = [f"--{o.replace('_', '-')}" for o in TENSIX_ONLY if getattr(args, o) is not None]
-    if given or args.program != "mcast":
-        raise UsageError(f"{', '.join(given) or '--program'} applies to Tenstorrent profiles; {hw.name} is a GPU "
+    given = [f"--{o.replace('_', '-')}" for o in (*TENSIX_ONLY, "program") if getattr(args, o) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} applies to Tenstorrent profiles; {hw.name} is a GPU "
                          "(use --tile/--stages/--variant there)")
+    if args.no_persistent and args.tiles_per_cta is not None:
+        raise UsageError("--tiles-per-cta sets the output tiles of each persistent CTA; --no-persistent runs one CTA "
+                         "per tile (drop one of them)")
+    if args.tile is not None and not args.tile.strip():
+        raise UsageError("--tile is empty; give BMxBNxBK, e.g. 128x256x64, or leave it out")
     if args.tune:
         if quant:
             raise UsageError(f"--tune autotunes unquantised GEMMs; --quant {quant} takes its kernels' own tiles "
@@ -194,7 +199,7 @@ def _run_tensix(args: argparse.Namespace, hw: Any, dtype: DType) -> int:
             raise UsageError(f"--{flag.replace('_', '-')} is a GPU GEMM option; {hw.name} takes --grid, --fidelity, "
                              "--in1-dtype, --out-dtype, --program")
     params: dict[str, Any] = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch,
-                              "program": args.program.replace("-", "_")}
+                              "program": (args.program or "mcast").replace("-", "_")}
     for opt in TENSIX_ONLY:
         if getattr(args, opt) is not None:
             params[opt] = getattr(args, opt)

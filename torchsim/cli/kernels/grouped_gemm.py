@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
     src.add_argument("--routing", default=None, help="synthetic routing: balanced, skewed[:hot share], zipf[:s], "
                      "dirichlet[:alpha] (needs --tokens, --experts, --top-k)")
     p.add_argument("--tokens", type=int, default=None, help="tokens routed (checked: counts sum to tokens x top-k)")
-    p.add_argument("--experts", type=int_in(1, MAX_EXPERTS), default=8,
+    p.add_argument("--experts", type=int_in(1, MAX_EXPERTS), default=None,
                    help="experts of a --routing pattern (default 8)")
     p.add_argument("--top-k", type=int, default=None, help="experts per token (default 2 with --routing)")
     p.add_argument("--n", type=int, required=True, help="output columns of each expert's GEMM")
@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
     p.add_argument("--variant", default=None, choices=[v.value for v in Pipeline],
                    help="pipeline organisation (default: the architecture's usual one)")
     p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue])
-    p.add_argument("--seed", type=int, default=0, help="seed of the random routing patterns")
+    p.add_argument("--seed", type=int_in(0, (1 << 63) - 1), default=0, help="seed of the random routing patterns")
     add_quant_option(p, "the experts' weights in a quantised format (as `kernel gemm --quant`; the MMA dtype follows "
                      "the format)")
     add_common(p)
@@ -63,12 +63,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.routing is not None:
         from torchsim.models.routing_synthetic import synthetic_routing
 
-        top_k = args.top_k or 2
+        top_k = 2 if args.top_k is None else args.top_k
         tokens = positive("tokens", args.tokens)
-        counts = synthetic_routing(args.routing, num_layers=1, num_experts=positive("experts", args.experts),
-                                   top_k=positive("top-k", top_k), tokens=tokens, seed=args.seed).layer(0)
+        experts = 8 if args.experts is None else args.experts
+        counts = synthetic_routing(args.routing, num_layers=1, num_experts=experts, top_k=positive("top-k", top_k),
+                                   tokens=tokens, seed=args.seed).layer(0)
     else:
         counts, tokens, top_k = parse_counts(args.tokens_per_expert), args.tokens, args.top_k
+        if args.experts is not None:
+            raise UsageError(f"--experts sizes a --routing pattern; --tokens-per-expert already lists {len(counts)} "
+                             f"experts (drop --experts)")
+        if tokens is not None:
+            positive("tokens", tokens)
+        if top_k is not None:
+            positive("top-k", top_k)
         if (tokens is None) != (top_k is None):
             raise UsageError("give --tokens and --top-k together (they check that the counts sum to tokens x top-k)")
     hw = get_profile(args.hw)

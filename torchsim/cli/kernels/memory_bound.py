@@ -46,6 +46,11 @@ KINDS: dict[str, tuple[str, list[tuple[str, str]], Build]] = {
 }
 DEFAULTS = {"inputs": 2, "outputs": 1}
 NON_NEGATIVE = ("inputs", "outputs", "heads-kv")
+# element counts of a whole tensor, not one dimension: 2**31 elements is 4 GiB in bf16, above any one
+# tensor of a model on one device; the other options are dimensions (torchsim.cli.kernel.MAX_DIM)
+NUMEL = ("numel", "numel-in", "numel-out")
+MAX_NUMEL = 1 << 31
+MAX_TENSORS = 16  # --inputs/--outputs of one elementwise kernel (PyTorch's TensorIterator takes a few)
 
 
 def register(sub: Any) -> None:
@@ -64,16 +69,25 @@ def register(sub: Any) -> None:
 def _runner(options: list[tuple[str, str]], build: Build) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         for opt, _ in options:
-            value = getattr(args, opt.replace("-", "_"))
-            if opt in NON_NEGATIVE:
-                if value < 0:
-                    positive(opt, value)
-            else:
-                positive(opt, value)
+            _check(opt, getattr(args, opt.replace("-", "_")))
         hw = get_profile(args.hw)
         run_memory_kernel(build(args, DType.parse(args.dtype), hw), args)
         return 0
     return run
+
+
+def _check(opt: str, value: int) -> None:
+    """Each option's range: a count of tensors, heads that may be 0 (no K to rotate), elements, or a dimension."""
+    if opt in ("inputs", "outputs"):
+        if not 0 <= value <= MAX_TENSORS:
+            raise UsageError(f"--{opt} must be between 0 and {MAX_TENSORS} tensors, got {value}")
+    elif opt in NUMEL:
+        if not 1 <= value <= MAX_NUMEL:
+            raise UsageError(f"--{opt} must be between 1 and {MAX_NUMEL:,} elements (2^31), got {value}")
+    elif opt in NON_NEGATIVE and value == 0:
+        return
+    else:
+        positive(opt, value)
 
 
 def run_memory_kernel(kg: KernelGraph, args: argparse.Namespace) -> None:

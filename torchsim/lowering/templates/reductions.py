@@ -94,6 +94,11 @@ def argmax(rows: int, vocab: int, dtype: DType, hw: GpuProfile) -> KernelGraph:
                       flops=float(rows * vocab))
 
 
+# the longest reduced row: the L1 model numbers a row's 128-byte lines in 16 bits (torchsim.sim.l1.tile_line_ids),
+# and the row's last tile may reach past its end (tiles are of equal width), hence half of that
+MAX_ROW_BYTES = (1 << 16) * 128 // 2
+
+
 def reduce(numel_in: int, numel_out: int, dtype: DType, hw: GpuProfile) -> KernelGraph:
     """Sum-like reduction of `numel_in` elements into `numel_out` (e.g. the MoE combine over top-k copies).
 
@@ -106,6 +111,10 @@ def reduce(numel_in: int, numel_out: int, dtype: DType, hw: GpuProfile) -> Kerne
         kg = elementwise(numel_in, 1, math.ceil(numel_out / numel_in), "copy", dtype, hw)
         return _relabel(kg, "reduce/streaming", numel_in, numel_out)
     cols = math.ceil(numel_in / numel_out)
+    if cols * dtype.nbytes > MAX_ROW_BYTES:
+        raise ValueError(f"reduce: {numel_in:,} elements into {numel_out:,} is a reduced row of {cols:,} elements "
+                         f"({cols * dtype.nbytes / 2**20:.0f} MiB), above the {MAX_ROW_BYTES >> 20} MiB rows the L1 "
+                         f"model addresses; give numel_in / numel_out <= {MAX_ROW_BYTES // dtype.nbytes:,.0f}")
     if cols < 32:
         return _relabel(elementwise(numel_out, cols, 1, "add", dtype, hw), "reduce/strided-vectorized", numel_in,
                         numel_out)
