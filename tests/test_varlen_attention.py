@@ -172,7 +172,7 @@ def test_cli_varlen_kernels(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["attention", "--seqs", ""], "at least one"),
+    (["attention", "--seqs", ""], "--seqs is empty"),
     (["attention", "--seqs", "128:128,512"], "--seqs item 1 ('512')"),
     (["attention", "--seqs", "128:128,512:256"], "--seqs item 1 ('512:256'): q_len 512 > kv_len 256"),
     (["attention", "--seqs", "0:8"], "--seqs item 0 ('0:8')"),

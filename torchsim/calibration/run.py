@@ -18,11 +18,12 @@ from torchsim.calibration.fit import (
     leave_one_source_out,
     select_rows,
 )
+from torchsim.calibration.measurements import read_measurements
 from torchsim.calibration.params import FULL_PARAMS, QUICK_PARAMS, CalibrationError, resolve
 from torchsim.exports.atomic import write_bytes_atomic
 from torchsim.hwmodels import get_profile
 from torchsim.validation.predict_row import KERNEL_CATEGORIES, Prediction, shape_of
-from torchsim.validation.published import Row, read_rows
+from torchsim.validation.published import Row
 
 QUICK_MAX_FLOPS = 1e11  # quick mode fits the rows of known work up to this many FLOPs (the rest take most of the time)
 
@@ -65,7 +66,12 @@ def calibrate(hw_name: str, measurements: str | Path, params: Sequence[str] | No
         raise CalibrationError(f"--hw: {exc.args[0] if exc.args else hw_name}") from None
     if not hasattr(base, "dram_bytes_per_s") or getattr(base, "arch", None) is None:
         raise CalibrationError(f"profile {hw_name!r} is not a GPU profile")
-    all_rows = read_rows(Path(measurements), strict=True)
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+        raise CalibrationError(f"--min-rows must be a whole number >= 1 (rows a parameter must move), got {min_rows!r}")
+    if params and len(set(params)) != len(params):
+        twice = sorted({n for n in params if list(params).count(n) > 1})
+        raise CalibrationError(f"--params names {', '.join(twice)} more than once; give each parameter once")
+    all_rows = read_measurements(measurements, base.name)
     rows = select_rows(all_rows, base.name)
     notes: list[str] = []
     kernel = [r for r in rows if r.category in KERNEL_CATEGORIES]

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from torchsim.calibration.params import PARAMS
+from torchsim.cli import int_in
 
 
 def register(sub: Any) -> None:
@@ -23,7 +24,8 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default=None, help="what-if TOML to write (atomically; nothing on failure)")
     p.add_argument("--full", action="store_true", help="every row and a finer search (slow); default quick: rows "
                    "up to 1e11 FLOPs, a 5-point grid, one sweep")
-    p.add_argument("--min-rows", type=int, default=3, help="rows a parameter must move to be fitted (default 3)")
+    p.add_argument("--min-rows", type=int_in(1, 1 << 20), default=3,
+                   help="rows a parameter must move to be fitted (default 3)")
     p.add_argument("--power", action="store_true", help="fit the power model instead (static power, the active-SM "
                    "and DRAM energies, the bf16/FP8 tensor energies) to the file's sustained rows and idle reading "
                    "(torchsim microbench --sustained); --params does not apply")
@@ -56,11 +58,11 @@ def _run_power(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from torchsim.calibration.fit import select_rows
+    from torchsim.calibration.measurements import read_measurements
     from torchsim.calibration.params import CalibrationError
     from torchsim.calibration.power_fit import fit_power, report, whatif
     from torchsim.exports.atomic import write_bytes_atomic
     from torchsim.hwmodels import get_profile
-    from torchsim.validation.published import read_rows
 
     if args.params:
         raise CalibrationError("--params does not apply with --power (the power fit's fields are fixed)")
@@ -68,7 +70,7 @@ def _run_power(args: argparse.Namespace) -> int:
         hw = get_profile(args.hw)
     except KeyError as exc:
         raise CalibrationError(f"--hw: {exc.args[0] if exc.args else args.hw}") from None
-    rows = select_rows(read_rows(Path(args.measurements), strict=True), hw.name)
+    rows = select_rows(read_measurements(args.measurements, hw.name), hw.name)
     fit = fit_power(hw, rows)
     wrote = bool(args.out and fit.values)
     if wrote:

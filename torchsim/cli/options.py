@@ -52,22 +52,3 @@ def system_device(args: argparse.Namespace) -> Any:
         raise UsageError("--grid is a Tenstorrent option; --hw names a GPU system")
     return system.device
 
-
-def check_combinations(args: argparse.Namespace) -> None:
-    """Options that do nothing without another are an error before any work (cli.main), not silently ignored:
-    a user who typed them expected them to change the result."""
-    needs = [("detail", "perfetto", "--detail N adds the N slowest kernels' node views to the --perfetto trace; "
-              "give --perfetto PATH too"),
-             ("sp", "tp", "--sp splits the sequence around the norms over the --tp ranks; give --tp N (N > 1)"),
-             ("tune_budget", "tune", "--tune-budget sets how many candidates --tune simulates; add --tune")]
-    for option, other, message in needs:
-        value, partner = getattr(args, option, None), getattr(args, other, None)
-        if option == "sp" and not isinstance(value, bool):  # serve's --sp: refused by name there (not served)
-            continue
-        inactive = partner is None or partner is False or (other == "tp" and partner == 1)
-        if hasattr(args, other) and value is not None and value is not False and value != 0 and inactive:
-            raise UsageError(message)
-    if getattr(args, "command", "") == "collective" and getattr(args, "factor", None) is not None \
-            and ".." not in str(getattr(args, "size", "")):
-        raise UsageError(f"--factor {args.factor} is the step of a size sweep; give --bytes LOW..HIGH (e.g. "
-                         f"8B..1GiB) to sweep, or drop --factor")

@@ -28,22 +28,25 @@ def register(sub: Any) -> None:
     p.add_argument("--hw", default="h100-sxm", help="base hardware profile or what-if .toml (default h100-sxm)")
     p.add_argument("--vary", action="append", default=[], metavar="FIELD=A:B:N|V1,V2",
                    help="a profile field and its values: N points from A to B, or a list (repeatable)")
-    p.add_argument("--phase", default="decode", choices=("decode", "prefill"), help="model step (default decode)")
-    p.add_argument("--kv", type=int_in(1, 1 << 24), default=4096,
+    # the model-only and kernel-only options default to None, so that one given to the other target is refused
+    p.add_argument("--phase", default=None, choices=("decode", "prefill"), help="model step (default decode)")
+    p.add_argument("--kv", type=int_in(1, 1 << 24), default=None,
                    help="decode: KV length before the step (default 4096)")
-    p.add_argument("--prompt", type=int_in(1, 1 << 20), default=2048, help="prefill: prompt tokens (default 2048)")
+    p.add_argument("--prompt", type=int_in(1, 1 << 20), default=None, help="prefill: prompt tokens (default 2048)")
     p.add_argument("--batch", type=int_in(1, 1 << 16), default=1,
                    help="sequences (model) or GEMM batch (kernel); default 1")
-    p.add_argument("--preset", default="serving", choices=("serving", "eager"), help="fusion preset")
+    p.add_argument("--preset", default=None, choices=("serving", "eager"), help="model: fusion preset (default "
+                   "serving)")
     p.add_argument("--m", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: M")
     p.add_argument("--n", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: N")
     p.add_argument("--k", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: K")
-    p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue], help="kernel gemm: epilogue")
+    p.add_argument("--epilogue", default=None, choices=[e.value for e in Epilogue],
+                   help="kernel gemm: epilogue (default none)")
     p.add_argument("--variant", default="", choices=["", *(v.value for v in Pipeline)],
                    help="kernel gemm: pipeline variant (default: the architecture's usual one)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="kernel: a KernelCall parameter (e.g. --param rows=1 --param hidden=4096)")
-    p.add_argument("--dtype", default="bf16", help="kernel: bf16, fp16, fp8")
+    p.add_argument("--dtype", default=None, help="kernel: bf16 (default), fp16, fp8, ...")
     add_quant_option(p, "model: the decoder-layer GEMMs in a quantised format (as `predict --quant`); kernel gemm / "
                      "grouped_gemm: B in that format (the MMA dtype follows it)")
     p.add_argument("--out", required=True, help="Parquet file to write (one row per point)")
@@ -64,6 +67,10 @@ MAX_DIM = 1 << 24
 # output tiles of a swept GEMM: building a graph runs at roughly 3 s per 10^5 tiles here (batch 10^5 of 128^3), so
 # 2^21 tiles is about a minute before the sweep's own estimate can say how long the points take
 MAX_GEMM_TILES = 1 << 21
+# options that apply to one target only: given to the other they would be silently ignored (`sweep kernel gemm
+# --phase prefill` swept no prefill at all); the model's with the defaults they take when not given
+MODEL_ONLY: dict[str, Any] = {"phase": "decode", "kv": 4096, "prompt": 2048, "preset": "serving"}
+KERNEL_ONLY = ("m", "n", "k", "epilogue", "variant", "param", "dtype")
 # KernelCall parameters that count things (torchsim.lowering.kernel_call.KernelKind lists each kind's): whole
 # numbers in [1, MAX_DIM] (`--param rows=1.5` or `rows=-1` would otherwise be simulated as given)
 COUNT_PARAMS = frozenset({"m", "n", "k", "batch", "rows", "hidden", "cols", "tokens", "heads_q", "heads_kv", "seq_q",
@@ -119,7 +126,7 @@ def _kernel_call(args: argparse.Namespace) -> Any:
             raise UsageError(f"a {args.batch}x{args.m}x{args.n}x{args.k} GEMM has {tiles:,} 128x128 output tiles, "
                              f"above the {MAX_GEMM_TILES:,} a sweep builds (building its tile graph alone would take "
                              f"minutes per point); sweep a smaller GEMM")
-        params["epilogue"] = args.epilogue
+        params["epilogue"] = args.epilogue or "none"
         if args.batch != 1:
             params["batch"] = args.batch
         if args.variant:
@@ -135,7 +142,7 @@ def _kernel_call(args: argparse.Namespace) -> Any:
                              f"{', '.join(sorted(OP_COST))} (and copies: copy, cat, clone, ...)")
     if not params:
         raise UsageError(f"sweep kernel {kind.value} needs its parameters (--param KEY=VALUE)")
-    dtype = DType.parse(args.dtype)
+    dtype = DType.parse(args.dtype or "bf16")
     if args.quant and args.quant != "none":
         if kind not in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
             raise UsageError(f"--quant applies to gemm and grouped_gemm kernels, not {kind.value}")
@@ -170,6 +177,25 @@ def _check_params_used(call: Any, given: list[str], hw_name: str) -> None:
                          f"{hw_name}; it reads {', '.join(sorted(seen)) or 'none'}{missing}")
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Before any work (the base profile, the capture, the estimate): the output path is a name, --ray-address has
+    its executor, and no option of the other target is given (each would be silently ignored)."""
+    for opt in ("out", "plot"):
+        value = getattr(args, opt)
+        if value is not None and not value.strip():
+            raise UsageError(f"--{opt} {value!r}: an empty path; give a file name, e.g. --{opt} "
+                             f"sweep.{'parquet' if opt == 'out' else 'png'}")
+    if args.ray_address is not None and args.executor != "ray":
+        raise UsageError(f"--ray-address {args.ray_address!r} needs --executor ray (the default local executor runs "
+                         "on this machine's process pool)")
+    kernel = args.target == "kernel"
+    given = [f"--{k}" for k in (MODEL_ONLY if kernel else KERNEL_ONLY) if getattr(args, k) not in (None, "", [])]
+    if given:
+        what = "a model step (`torchsim sweep MODEL`)" if kernel else "one kernel (`torchsim sweep kernel KIND`)"
+        raise UsageError(f"{', '.join(given)} applies only to sweeping {what}, not to "
+                         f"{'a kernel' if kernel else 'the model ' + repr(args.target)}; leave it out")
+
+
 def run(args: argparse.Namespace) -> int:
     from torchsim.hwmodels import get_profile
     from torchsim.sweeps.execute import ExecutorError
@@ -180,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give at least one --vary FIELD=START:STOP:COUNT or FIELD=V1,V2,...")
     if args.jobs < 0:
         raise UsageError(f"--jobs must be >= 0, got {args.jobs}")
+    _check_options(args)
     base = get_profile(args.hw)
     knobs = [parse_vary(v, base) for v in args.vary]
     if args.target == "kernel":
@@ -187,8 +214,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.kind:
             raise UsageError(f"unexpected {args.kind!r} after the model name {args.target!r}")
-        work = model_workload(args.target, phase=args.phase, batch=args.batch, kv=args.kv, prompt=args.prompt,
-                              preset=args.preset, quant=args.quant, base=base)
+        opts = {k: d if getattr(args, k) is None else getattr(args, k) for k, d in MODEL_ONLY.items()}
+        work = model_workload(args.target, batch=args.batch, quant=args.quant, base=base, **opts)
     try:
         rows = run_sweep(base, knobs, work, executor=args.executor, jobs=args.jobs, ray_address=args.ray_address,
                          yes=args.yes, progress=not args.no_progress and sys.stderr.isatty(),

@@ -41,6 +41,19 @@ ALIASES = {"hbm_bandwidth": "dram_bytes_per_s", "hbm_bytes_per_s": "dram_bytes_p
 COUNTS = frozenset({"sm_count", "subpartitions_per_sm", "max_threads_per_sm", "max_ctas_per_sm", "registers_per_sm",
                     "tensor_inflight_subops", "tensor_datapath_rows", "noc_grid_x", "noc_grid_y", "tensix_enabled",
                     "compute_grid_x", "compute_grid_y"})
+# the most a count may be: a few times the largest part of its kind, so a what-if explores designs, while a typo
+# (sm_count = 1000000) is refused at load instead of building a million-SM machine for minutes (issue 14)
+MAX_COUNT = {"sm_count": 1024, "subpartitions_per_sm": 16, "max_threads_per_sm": 8192, "max_ctas_per_sm": 256,
+             "registers_per_sm": 1 << 20, "tensor_inflight_subops": 256, "tensor_datapath_rows": 1024,
+             "noc_grid_x": 64, "noc_grid_y": 64, "tensix_enabled": 4096, "compute_grid_x": 64, "compute_grid_y": 64}
+# "the part has one or it has none" fields: 0 on a base means its kernels never use the unit (TMEM: sm100 only), so
+# a what-if can neither add it to a part without one nor take it from a part whose kernels need it
+PRESENCE = {"tmem_bytes_per_sm": "TMEM", "tmem_bytes_per_clk_per_sm": "TMEM"}
+# physical orderings of a profile's numbers, (smaller, larger): checked after the overrides, naming both values
+ORDERED = (("smem_per_cta_bytes", "smem_per_sm_bytes"), ("clock_min_hz", "clock_max_hz"), ("clock_hz", "clock_max_hz"),
+           ("clock_min_hz", "clock_hz"), ("dram_bytes_per_s", "dram_peak_bytes_per_s"),
+           ("dram_read_bytes_per_s", "dram_peak_bytes_per_s"), ("dram_write_bytes_per_s", "dram_peak_bytes_per_s"),
+           ("dram_copy_bytes_per_s", "dram_peak_bytes_per_s"), ("static_power_w", "power_limit_w"))
 # fields that must be > 0 besides the counts (a zero here divides or stalls the engine)
 POSITIVE = frozenset({"clock_hz", "dram_bytes_per_s", "dram_peak_bytes_per_s", "l2_bytes_per_s",
                       "tensor_bf16_flop_per_clk_per_sm", "smem_per_sm_bytes", "smem_per_cta_bytes",
@@ -89,11 +102,15 @@ def parse_value(raw: Any, q: Quantity, field: str, where: str, bare_numbers: boo
         value, unit = parts[0], parts[1] if len(parts) > 1 else None
     elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
         # sweeps give numbers in the field's unit; a file may give a bare count (sm_count = 66), never a bare rate
-        value, unit = raw, q.unit if bare_numbers or field in COUNTS else None
+        value, unit = raw, q.unit if bare_numbers or field in COUNTS or q.unit == "bool" else None
+    elif isinstance(raw, bool) and q.unit == "bool":
+        value, unit = raw, q.unit
     else:
         raise WhatIfError(f"{where}: field {field}: expected \"<number> {q.unit}\" or {{value=..., unit=...}}, "
                           f"got {raw!r}")
     example = f"{field} = \"{q.value:g} {q.unit}\""
+    if isinstance(value, bool) and q.unit == "bool":  # a 0/1 switch: true/false is its natural spelling
+        return float(value), note
     if isinstance(value, bool):
         raise WhatIfError(f"{where}: field {field}: true/false is not a number; e.g. {example}")
     try:
@@ -119,8 +136,14 @@ def unit_scale(unit: str, base_unit: str, field: str, where: str) -> float:
 
 
 def check_value(field: str, value: float, unit: str, where: str, base: float | None = None) -> None:
+    """One overridden number on its own: finite, near its base, a whole count within MAX_COUNT, 0/1 for a switch."""
     if not math.isfinite(value):
         raise WhatIfError(f"{where}: field {field}: {value} is not a finite number")
+    if unit == "bool" and value not in (0, 1):
+        raise WhatIfError(f"{where}: field {field}: {value:g} is not a switch value; valid: 0 or 1 (or false/true)")
+    if field in MAX_COUNT and value > MAX_COUNT[field]:
+        raise WhatIfError(f"{where}: field {field}: {value:g} {unit} is above the limit of {MAX_COUNT[field]} "
+                          f"{unit} (a few times the largest part; simulating more would take minutes per kernel)")
     if base is not None and base > 0 and value > 0 and not 1 / MAX_RATIO <= value / base <= MAX_RATIO:
         raise WhatIfError(f"{where}: field {field}: {value:g} {unit} is more than {MAX_RATIO:g}x away from the "
                           f"base's {base:g} {unit}; what-ifs explore designs within that range")
@@ -160,6 +183,13 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
         q = fields[field]
         value, note = parse_value(raw, q, field, where, bare_numbers)
         check_value(field, value, q.unit, where, float(q.value))
+        if field in PRESENCE and (value > 0) != (q.value > 0):
+            unit_name = PRESENCE[field]
+            raise WhatIfError(
+                f"{where}: field {field}: {value:g} {q.unit} on base {base.name!r}, which has "
+                + (f"no {unit_name} ({field} = 0; {unit_name} is on sm100 parts only, e.g. base = \"b200\")"
+                   if q.value <= 0 else f"{unit_name} its kernels need (base value {q.value:g} {q.unit}); "
+                   "valid: a value > 0"))
         if field in COUNTS:
             value = int(value)
         src = f"what-if {where}: {field} = {raw if not isinstance(raw, (int, float)) else f'{value:g} {q.unit}'}"
@@ -187,6 +217,12 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
         if cta.value > changes["smem_per_sm_bytes"].value:  # a CTA never gets more than its SM has
             changes["smem_per_cta_bytes"] = Quantity(changes["smem_per_sm_bytes"].value, cta.unit, "assumed",
                                                      f"what-if {where}: capped at smem_per_sm_bytes")
+    if "clock_max_hz" in changes and "clock_hz" not in changes and "clock_hz" in fields:
+        clk = fields["clock_hz"]
+        if clk.value > changes["clock_max_hz"].value:  # a lower max boost clock lowers the sustained one with it
+            changes["clock_hz"] = Quantity(changes["clock_max_hz"].value, clk.unit, "assumed",
+                                           f"what-if {where}: capped at clock_max_hz")
+    _check_order(fields, changes, {canonical(f) for f in overrides}, base.name, where)
     extra: dict[str, Any] = {"name": name or base.name}
     if description is not None and any(f.name == "description" for f in dataclasses.fields(base)):
         extra["description"] = description
@@ -194,6 +230,25 @@ def derive_profile(base: Any, overrides: Mapping[str, Any], *, where: str, name:
         return dataclasses.replace(base, **changes, **extra)
     except ValueError as exc:
         raise WhatIfError(f"{where}: the overrides make an inconsistent profile: {exc}") from None
+
+
+def _check_order(fields: Mapping[str, Quantity], changes: Mapping[str, Quantity], overridden: set[str],
+                 base_name: str, where: str) -> None:
+    """The ORDERED relations between the new numbers: a CTA's shared memory within its SM's, the clock within its
+    DVFS range, the sustained DRAM bandwidths within the peak. Checked here, naming both numbers and which ones the
+    what-if set, because the engine would otherwise run (or assert) on a part that cannot exist."""
+    for small, large in ORDERED:
+        if small not in fields or large not in fields or not {small, large} & set(changes):
+            continue
+        a, b = changes.get(small, fields[small]), changes.get(large, fields[large])
+        strict = small == "static_power_w"
+        if a.value >= b.value if strict else a.value > b.value:
+            def said(f: str, q: Quantity) -> str:
+                origin = "set here" if f in overridden else "derived" if f in changes else f"{base_name}'s"
+                return f"{f} {q.value:g} {q.unit} ({origin})"
+            raise WhatIfError(f"{where}: {said(small, a)} {'is not below' if strict else 'exceeds'} "
+                              f"{said(large, b)}; {small} must be "
+                              f"{'below' if strict else 'at most'} {large}")
 
 
 def _check_provenance(provenance: Mapping[str, Any], overridden: set[str], where: str) -> dict[str, tuple[str, str]]:

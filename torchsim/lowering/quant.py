@@ -177,17 +177,25 @@ def check_supported(fmt: QuantFormat, hw: Any) -> None:
 
 
 def format_of_config(qc: Any) -> tuple[str | None, str]:
-    """The format an HF `quantization_config` describes, or (None, why not) when torchsim does not model it.
+    """The format an HF `quantization_config` describes, or (None, why not) when torchsim does not model it;
+    null is no quantisation. A field of the wrong type (`config_groups` a string, `bits` "4") is a damaged
+    file, not an unmodelled format: a ValueError naming the field and what it must be.
 
     >>> format_of_config({"quant_method": "fp8", "weight_block_size": [128, 128]})[0]
     'fp8-block'
-    >>> format_of_config({"quant_method": "gptq", "bits": 4, "group_size": 128})[0]
+    >>> format_of_config({"quant_method": "gptq", "bits": 4.0, "group_size": 128})[0]
     'w4a16'
     >>> format_of_config({"quant_method": "bitsandbytes", "load_in_4bit": True})[0] is None
     True
+    >>> format_of_config({"quant_method": "gptq", "bits": "4"})
+    Traceback (most recent call last):
+    ValueError: field 'quantization_config.bits' must be an integer (4 or 8), got '4'
     """
+    if qc is None:
+        return None, "no quantisation"
     if not isinstance(qc, dict):
-        return None, "not an object"
+        raise ValueError(f"field 'quantization_config' must be an object (e.g. {{\"quant_method\": \"gptq\", "
+                         f"\"bits\": 4}}) or null, got {_show(qc)}")
     method = str(qc.get("quant_method", "")).lower()
     if method == "fp8":
         block = qc.get("weight_block_size")
@@ -197,10 +205,12 @@ def format_of_config(qc: Any) -> tuple[str | None, str]:
             return None, f"FP8 weight_block_size {block} (torchsim models 128x128 blocks)"
         return "fp8", ""
     if method in ("gptq", "awq", "gptq_marlin", "awq_marlin", "marlin"):
-        bits = qc.get("bits", qc.get("w_bit"))
-        group = qc.get("group_size", qc.get("q_group_size", 128))
+        bits_key = "bits" if "bits" in qc or "w_bit" not in qc else "w_bit"
+        group_key = "group_size" if "group_size" in qc or "q_group_size" not in qc else "q_group_size"
+        bits = _integer(qc.get(bits_key), f"quantization_config.{bits_key}", "4 or 8")
+        group = _integer(qc.get(group_key, 128), f"quantization_config.{group_key}", "128, or -1 per column")
         if bits not in (4, 8):
-            return None, f"{method} with {bits} bits (torchsim models 4 and 8)"
+            return None, f"{method} with {bits_key} = {bits} (torchsim models 4 and 8)"
         if group not in (128, -1):
             return None, f"{method} group_size {group} (torchsim models 128)"
         return f"w{bits}a16", ""
@@ -216,21 +226,55 @@ def format_of_config(qc: Any) -> tuple[str | None, str]:
     return None, f"quant_method {method!r}"
 
 
+def _show(value: Any) -> str:
+    """A JSON value as an error message quotes it: short, with its JSON type when that is the problem."""
+    kind = {str: "a string", list: "a list", int: "an integer", float: "a number", bool: "a boolean"}.get(
+        type(value), type(value).__name__)
+    return f"{kind} ({str(value)[:40]!r})" if not isinstance(value, str) else repr(value[:40])
+
+
+def _integer(value: Any, field: str, valid: str) -> int | None:
+    """An integer field of a quantization_config; JSON 4.0 is 4 (some exporters write floats), "4" is refused."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"field {field!r} must be an integer ({valid}), got {_show(value)}")
+    return value
+
+
+def _object(value: Any, field: str, valid: str) -> dict[str, Any]:
+    """An object field of a compressed-tensors config (null or absent: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"field {field!r} must be an object ({valid}) or null, got {_show(value)}")
+    return value
+
+
 def _compressed_tensors(qc: dict[str, Any]) -> tuple[str | None, str]:
     """llm-compressor's config_groups: the (one) group's weight and input-activation schemes."""
-    groups = qc.get("config_groups") or {}
+    scheme = '{"num_bits": 8, "type": "int", ...}'
+    groups = _object(qc.get("config_groups"), "quantization_config.config_groups",
+                     'group name -> {"targets": [...], "weights": {...}, "input_activations": {...}}')
     if len(groups) != 1:
         return None, f"compressed-tensors with {len(groups)} config groups (torchsim models one)"
-    g = next(iter(groups.values()))
-    w, a = g.get("weights") or {}, g.get("input_activations") or None
-    wb, wt = w.get("num_bits"), str(w.get("type", "int"))
-    ab = a.get("num_bits") if a else None
-    if wt == "float" and wb == 4 and ab == 4 and w.get("group_size") == 16:
+    (key, g), = groups.items()
+    where = f"quantization_config.config_groups.{key}"
+    g = _object(g, where, '{"weights": {...}, "input_activations": {...}}')
+    w = _object(g.get("weights"), f"{where}.weights", scheme)
+    a = _object(g.get("input_activations"), f"{where}.input_activations", scheme) or None
+    wb = _integer(w.get("num_bits"), f"{where}.weights.num_bits", "4 or 8")
+    wt = str(w.get("type", "int"))
+    ab = _integer(a.get("num_bits"), f"{where}.input_activations.num_bits", "4 or 8") if a else None
+    group = _integer(w.get("group_size"), f"{where}.weights.group_size", "16, 32 or 128, or null")
+    if wt == "float" and wb == 4 and ab == 4 and group == 16:
         return "nvfp4", ""
     if wt == "float" and wb == 8 and ab == 8:
         return ("fp8-block" if w.get("strategy") == "block" else "fp8"), ""
     if wt == "int" and wb == 8 and ab == 8:
         return "w8a8", ""
-    if wt == "int" and wb in (4, 8) and a is None and w.get("group_size", 128) in (128, None):
+    if wt == "int" and wb in (4, 8) and a is None and group in (128, None):
         return f"w{wb}a16", ""
     return None, f"compressed-tensors weights {wb}-bit {wt}, activations {ab}-bit"

@@ -91,7 +91,7 @@ CONDITIONAL: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
     "attention_bias": _flag("the q/k/v/o projection biases are not simulated (one bias add per projection)"),
     "mlp_bias": _flag("the MLP projection biases are not simulated (one bias add per projection)"),
     "hidden_act": _act,
-    "quantization_config": lambda v, d: None if format_of_config(v)[0] else
+    "quantization_config": lambda v, d: None if v is None or format_of_config(v)[0] else
     f"= {json.dumps(v)[:80]}: the weights are simulated in the --dtype format, not in this quantisation "
     f"({format_of_config(v)[1]} is not modelled; torchsim models {', '.join(FORMATS)}: --quant)",
 }
@@ -112,9 +112,13 @@ def quant_of(data: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     name = format_of_config(qc)[0] if isinstance(qc, dict) else None
     if not name or not isinstance(qc, dict):
         return "", ()
-    keep = qc.get("modules_to_not_convert") or qc.get("ignore") or ()
+    key = "modules_to_not_convert" if qc.get("modules_to_not_convert") else "ignore"
+    keep = qc.get(key) or []
+    if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
+        raise ValueError(f"field 'quantization_config.{key}' must be a list of module names (e.g. [\"lm_head\"]) "
+                         f"or null, got {json.dumps(keep)[:60]}")
     # HF names start at the model ("model.layers.*.self_attn"); torchsim's module paths at the layers
-    return name, tuple(k.removeprefix("model.") for k in keep if isinstance(k, str))
+    return name, tuple(k.removeprefix("model.") for k in keep)
 
 
 def conditional_note(key: str, data: dict[str, Any]) -> str | None:
@@ -136,30 +140,72 @@ def _finite_numbers(value: Any) -> bool:
     return True
 
 
+# RoPE types transformers v5 builds (modeling_rope_utils: ROPE_INIT_FUNCTIONS and the families' own: Qwen2-VL's
+# mrope, Hunyuan's ntk_alpha / xdrope, the axial default, Phi-3's legacy "su" for longrope)
+ROPE_TYPES = frozenset({"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "axial",
+                        "mrope", "ntk_alpha", "xdrope", "su"})
+
+# The activation names transformers' ACT2FN maps (transformers.activations, v5); hidden_act must be one of them
+ACTIVATIONS = frozenset({
+    "gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
+    "gelu_pytorch_tanh", "hardswish", "laplace", "leaky_relu", "linear", "mish", "prelu", "quick_gelu", "relu",
+    "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "xielu",
+})
+
+
+def _check_rope(key: str, value: Any, name: str) -> None:
+    """One RoPE object: a known type (`rope_type`, or v4's `type`) and a finite positive factor. RoPE scaling
+    changes no work, but a type transformers has no function for fails when the model is built."""
+    if not isinstance(value, dict):
+        raise ValueError(f"model config {name!r}: field {key!r} must be an object (e.g. {{\"rope_type\": "
+                         f"\"linear\", \"factor\": 2.0}}) or null, got {json.dumps(value)[:60]}")
+    if value and all(isinstance(v, dict) or v is None for v in value.values()):  # v5: one per layer type
+        for kind, sub in value.items():
+            if sub is not None:
+                _check_rope(f"{key}.{kind}", sub, name)
+        return
+    kind = value.get("rope_type", value.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"model config {name!r}: field {key!r}: rope type {json.dumps(kind)[:40]} is not one "
+                         f"transformers builds; valid: {', '.join(sorted(ROPE_TYPES))}")
+    factor = value.get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not math.isfinite(factor) or factor <= 0):
+        raise ValueError(f"model config {name!r}: field {key!r}: 'factor' must be a finite number > 0, got "
+                         f"{factor!r}")
+    if not _finite_numbers(value):
+        raise ValueError(f"model config {name!r}: field {key!r} holds a NaN or infinite number: "
+                         f"{json.dumps(value)[:80]}")
+
+
+def check_activation(data: dict[str, Any], name: str, valid: frozenset[str] | set[str] = ACTIVATIONS) -> None:
+    """`hidden_act` (Gemma: `hidden_activation`) names an activation transformers has (`valid`, by default
+    ACTIVATIONS): an unknown name is a damaged file, not an activation to approximate."""
+    for key in ("hidden_act", "hidden_activation"):
+        value = data.get(key)
+        if value is not None and (not isinstance(value, str) or value not in valid):
+            raise ValueError(f"model config {name!r}: field {key!r}: {json.dumps(value)[:40]} is not an "
+                             f"activation transformers has; valid: {', '.join(sorted(valid))}")
+
+
 def check_ignored(data: dict[str, Any], name: str) -> None:
     """The IGNORED fields whose form is known are still checked: they do not change the prediction, but a config
-    with `rope_scaling = "yarn"`, a NaN or negative scaling factor or `torch_dtype = 5` is a damaged file, and is
-    refused naming the field rather than predicted as if it were sound."""
+    with `rope_scaling = "yarn"`, a NaN or negative scaling factor, a RoPE type transformers lacks, an unknown
+    `hidden_act` or `torch_dtype = 5` is a damaged file, and is refused naming the field rather than predicted
+    as if it were sound."""
     for key in ("rope_scaling", "rope_parameters"):
-        value = data.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise ValueError(f"model config {name!r}: field {key!r} must be an object (e.g. {{\"rope_type\": "
-                             f"\"linear\", \"factor\": 2.0}}) or null, got {json.dumps(value)[:60]}")
-        factor = value.get("factor")
-        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                                   or not math.isfinite(factor) or factor <= 0):
-            raise ValueError(f"model config {name!r}: field {key!r}: 'factor' must be a finite number > 0, got "
-                             f"{factor!r}")
-        if not _finite_numbers(value):
-            raise ValueError(f"model config {name!r}: field {key!r} holds a NaN or infinite number: "
-                             f"{json.dumps(value)[:80]}")
+        if data.get(key) is not None:
+            _check_rope(key, data[key], name)
+    check_activation(data, name)
     check_dtype_fields(data, name)
 
 
 def check_dtype_fields(data: dict[str, Any], name: str) -> None:
-    """A config's `torch_dtype` / `dtype` is null or a torch dtype name (transformers looks it up on torch)."""
+    """A config's `torch_dtype` / `dtype` is null or a torch dtype name (transformers looks it up on torch).
+
+    It is the checkpoint's storage dtype: the model is simulated in --dtype (a float32 checkpoint is served in
+    bf16), so it changes no prediction, except float64, which no serving runtime casts down unasked and torchsim
+    cannot simulate (no fp64 GEMM or attention kernels): refused rather than counted at 2 bytes."""
     for key in ("torch_dtype", "dtype"):
         value = data.get(key)
         if value is not None and not isinstance(value, str):
@@ -168,6 +214,10 @@ def check_dtype_fields(data: dict[str, Any], name: str) -> None:
         if isinstance(value, str) and value.removeprefix("torch.") not in CONFIG_DTYPES:
             raise ValueError(f"model config {name!r}: field {key!r}: {value[:40]!r} is not a torch dtype "
                              f"transformers reads; valid: {', '.join(sorted(CONFIG_DTYPES))}")
+        if isinstance(value, str) and value.removeprefix("torch.") in ("float64", "double"):
+            raise ValueError(f"model config {name!r}: field {key!r}: {value!r} weights are not simulated (torchsim "
+                             "runs the model in --dtype bf16, fp16 or fp8 and has no float64 kernels); a checkpoint "
+                             "served in those has torch_dtype bfloat16, float16 or float32")
 
 
 # the dtype names a config's `torch_dtype` / `dtype` may hold: torch's floating and integer dtypes by name (the

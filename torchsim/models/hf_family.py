@@ -16,10 +16,18 @@ model (a format it models, torchsim.lowering.quant, runs as such).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from torchsim.models.config_fields import LAYER_KINDS, check_dtype_fields, conditional_note, quant_of, refuse_unless
+from torchsim.models.config_fields import (
+    LAYER_KINDS,
+    check_activation,
+    check_ignored,
+    conditional_note,
+    quant_of,
+    refuse_unless,
+)
 from torchsim.models.decoder import DecoderConfig
 from torchsim.models.registry import register_builder, register_other_families
 
@@ -71,8 +79,18 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
     if transformers.CONFIG_MAPPING[model_type] not in transformers.MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ValueError(f"model_type {model_type!r} has no causal-LM class in transformers "
                          f"{transformers.__version__}: torchsim predicts decoder-only causal LMs")
-    check_dtype_fields(data, name)  # transformers getattr()s torch for it: an AttributeError otherwise
-    hf_cfg = _hf_config(transformers, data)
+    model_class = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[transformers.CONFIG_MAPPING[model_type]]
+    if getattr(model_class, "base_model_prefix", "") != "model":  # GPT-2 (.transformer.h), Mamba (.backbone), BERT
+        raise ValueError(f"model_type {model_type!r} is not supported: torchsim captures HF causal LMs laid out as "
+                         f"model.layers + lm_head, and {model_class.__name__} keeps its decoder in "
+                         f".{getattr(model_class, 'base_model_prefix', '?')}; supported: {SUPPORTED}, and other "
+                         "families of that layout")
+    check_ignored(data, name)  # RoPE, dtype (transformers getattr()s torch for it: an AttributeError otherwise)
+    from transformers.activations import ACT2FN
+
+    check_activation(data, name, set(ACT2FN))
+    _check_sizes(data, name)
+    hf_cfg = _hf_config(transformers, data, name)
     notes = [n for k in _REPLACED if k in data and (n := conditional_note(k, data)) is not None]
     if "layer_types" in data and (why := _layer_types(data["layer_types"], data)):
         notes.append(f"layer_types {why}")
@@ -96,12 +114,76 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
                          if getattr(hf_cfg, "kv_lora_rank", None) else 0))
 
 
-def _hf_config(transformers: Any, data: dict[str, Any]) -> Any:
+# families the tests build from their public config.json (tests/test_hf_families.py, tests/data/hf_configs) or
+# from a small one (qwen2_moe: tests/test_robustness_hf.py)
+SUPPORTED = ("deepseek_v2, deepseek_v3, gemma2, gemma3_text, gpt_oss, granite, olmo, olmo2, phi3, qwen2, qwen2_moe, "
+             "qwen3, qwen3_moe, stablelm, starcoder2")
+# integer sizes every decoder has (null allowed: head_dim); transformers' strict configs check the type only
+_SIZES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+          "vocab_size", "max_position_embeddings", "head_dim")
+_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts")  # the MoE families' expert counts
+
+
+def _positive_int(data: dict[str, Any], key: str, name: str) -> int | None:
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"model config {name!r}: field {key!r} must be an integer >= 1, got "
+                         f"{json.dumps(value)[:40]}")
+    return value
+
+
+def _check_sizes(data: dict[str, Any], name: str) -> None:
+    """The sizes, layer kinds and expert counts, before transformers sees them: its validators name the field at
+    best, and a zero, a top-k over the experts or a short `layer_types` fails later, in the model's forward
+    (a division by zero, `topk` out of range inside torch.export)."""
+    for key in _SIZES:
+        _positive_int(data, key, name)
+    layers, kinds = data.get("num_hidden_layers"), data.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)
+                              or (isinstance(layers, int) and len(kinds) != layers)):
+        raise ValueError(f"model config {name!r}: field 'layer_types' must be a list of {layers} layer kinds (one "
+                         f"per layer, num_hidden_layers; e.g. \"full_attention\", \"sliding_attention\"), got "
+                         f"{json.dumps(kinds)[:60]}")
+    for key in _EXPERTS:
+        experts = data.get(key)
+        if experts is None:
+            continue
+        if isinstance(experts, bool) or not isinstance(experts, int) or experts < 1:
+            raise ValueError(f"model config {name!r}: field {key!r} must be an integer >= 1 (the routed experts of "
+                             "each MoE layer; a dense model is its dense family, e.g. qwen2), got "
+                             f"{json.dumps(experts)[:40]}")
+        top_k = _positive_int(data, "num_experts_per_tok", name)
+        if top_k is not None and top_k > experts:
+            raise ValueError(f"model config {name!r}: field 'num_experts_per_tok' ({top_k}) must be at most "
+                             f"{key} ({experts}): a token is routed to that many distinct experts")
+        groups, top_groups = _positive_int(data, "n_group", name), _positive_int(data, "topk_group", name)
+        if groups is not None and (experts % groups or (top_groups or 0) > groups):  # DeepSeek-V3's group routing
+            raise ValueError(f"model config {name!r}: field 'n_group' ({groups}) must divide {key} ({experts}) and "
+                             f"be at least topk_group ({top_groups}): the router picks topk_group of n_group equal "
+                             "groups of experts")
+
+
+def _one_line(exc: BaseException) -> tuple[str | None, str]:
+    """The field a transformers / huggingface_hub validation error names (its strict dataclasses: "field
+    'hidden_size'"; its validators: "`num_hidden_layers` ..."), and the message on one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    found = re.search(r"field '(\w+)'", text) or re.search(r"`(\w+)`", text)
+    return (found.group(1) if found else None), text
+
+
+def _hf_config(transformers: Any, data: dict[str, Any], name: str) -> Any:
+    """transformers' config object for `data`; what its constructor or validators raise is the file's fault
+    (a field of the wrong type or value), so it becomes a ValueError naming the field where it can be found."""
     fields = {k: v for k, v in data.items() if k not in ("model_type", "architectures", "transformers_version")}
     try:
         return transformers.AutoConfig.for_model(data["model_type"], **fields)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"transformers refuses the config: {exc}") from None
+    except Exception as exc:  # TypeError, ValueError, KeyError, AttributeError, huggingface_hub's StrictDataclassError
+        if not isinstance(exc, (TypeError, ValueError, KeyError, AttributeError)) and \
+                type(exc).__module__.split(".")[0] not in ("transformers", "huggingface_hub"):
+            raise
+        field, text = _one_line(exc)
+        where = f"field {field!r}: " if field else ""
+        raise ValueError(f"model config {name!r}: {where}transformers refuses the config: {text}") from None
 
 
 def build_hf_family(cfg: HFDecoderConfig) -> Any:
@@ -113,7 +195,7 @@ def build_hf_family(cfg: HFDecoderConfig) -> Any:
     from torchsim.models.hf_segments import FUSED_ATTENTION, HFSegmented, register_fused_attention
 
     transformers = require_transformers()
-    hf_cfg = _hf_config(transformers, json.loads(cfg.hf_json))
+    hf_cfg = _hf_config(transformers, json.loads(cfg.hf_json), cfg.name)
     model_class = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(hf_cfg)]
     if getattr(model_class, "_supports_sdpa", True):
         hf_cfg._attn_implementation = "sdpa"
@@ -123,8 +205,14 @@ def build_hf_family(cfg: HFDecoderConfig) -> Any:
     if any(getattr(hf_cfg, k, None) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
         hf_cfg._experts_implementation = "grouped_mm"  # MoE families: one grouped GEMM per expert projection
     enable_sdpa_gqa()
-    model = transformers.AutoModelForCausalLM.from_config(hf_cfg).to(torch.bfloat16).eval()
-    return HFSegmented(model, config=cfg)
+    try:  # the config passed transformers' validators; what its modules' constructors refuse is still the file's
+        model = transformers.AutoModelForCausalLM.from_config(hf_cfg).to(torch.bfloat16).eval()
+        return HFSegmented(model, config=cfg)
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
+        field, text = _one_line(exc)
+        where = f"field {field!r}: " if field else ""
+        raise ValueError(f"model config {cfg.name!r} (model_type {cfg.model_type!r}): {where}transformers cannot "
+                         f"build the model: {text}") from None
 
 
 register_builder(HFDecoderConfig, build_hf_family)

@@ -14,6 +14,7 @@ from typing import Any
 
 from torchsim import MissingExtraError
 from torchsim.models import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported: the registry's default name
+from torchsim.models.jsonfile import FieldError, loads_fields
 from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
 
 _MODELS: dict[str, Callable[[], Any]] = {}
@@ -85,6 +86,9 @@ def get_config(name_or_path: str | Path, *, approximate: bool = False) -> Any:
     32
     """
     text = str(name_or_path)
+    if not text.strip():  # Path("") is ".", which would be read as ./config.json
+        raise ValueError(f"the model argument is empty ({text!r}); give a model name (e.g. llama3-8b; "
+                         "`torchsim predict --help` lists them) or a path to an HF config.json")
     if text.lower() in _MODELS:
         return _MODELS[text.lower()]()
     path = Path(text)
@@ -99,13 +103,17 @@ def get_config(name_or_path: str | Path, *, approximate: bool = False) -> Any:
 def load_config_file(path: str | Path, *, approximate: bool = False) -> Any:
     """Read an HF-style `config.json` (or a directory holding one) into the matching family's config; fields
     torchsim cannot model are an error naming them, unless `approximate` (models.config_fields)."""
+    if not str(path).strip():
+        raise ValueError(f"the model config path is empty ({str(path)!r}); give a path to an HF config.json")
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():
         raise FileNotFoundError(f"model config file {str(p)!r} does not exist")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = loads_fields(p.read_text(encoding="utf-8"))
+    except FieldError as exc:
+        raise ValueError(f"model config file {str(p)!r}: {exc}") from None
     except UnicodeDecodeError as exc:  # a binary file (a pickle, a safetensors shard) given as the config
         raise ValueError(f"model config file {str(p)!r} is not a text file (byte {exc.start} is not UTF-8); an HF "
                          "config is JSON") from None

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torchsim.models.jsonfile import FieldError, loads_fields
 from torchsim.models.routing_counts import RoutingCounts
 
 FORMAT_NAME = "torchsim.routing"
@@ -101,7 +102,9 @@ def load_routing(path: str | Path) -> RoutingCounts:
     suffix = path.suffix.lower()
     if suffix == ".json":
         try:
-            obj = json.loads(path.read_bytes().decode("utf-8"))
+            obj = loads_fields(path.read_bytes().decode("utf-8"))
+        except FieldError as exc:
+            raise ValueError(f"{path}: {exc}") from None
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: not a text file (byte {exc.start} is not UTF-8); a routing file is JSON "
                              f"or Parquet") from None
@@ -128,7 +131,7 @@ def _parquet_to_dict(path: Path) -> dict[str, Any]:
     if raw is None:
         raise ValueError(f"{path}: no {_PARQUET_META_KEY.decode()!r} key-value metadata (top_k, tokens)")
     try:
-        obj: dict[str, Any] = json.loads(raw)
+        obj: dict[str, Any] = loads_fields(raw)
     except ValueError:
         raise ValueError(f"{path}: its {_PARQUET_META_KEY.decode()!r} metadata is not JSON") from None
     layers, experts, tokens = (table.column(c).to_pylist() for c in ("layer", "expert", "tokens"))

@@ -67,6 +67,9 @@ def parse_vary(text: str, base: Any) -> Knob:
             if len(parts) != 3:
                 raise SweepError(f"--vary {text!r}: a range is START:STOP:COUNT")
             start, stop, count = float(parts[0]), float(parts[1]), int(parts[2])
+            if not (math.isfinite(start) and math.isfinite(stop)):  # before linspace, which warns and gives nan
+                raise SweepError(f"--vary {text!r}: START and STOP must be finite numbers, got {parts[0].strip()!r} "
+                                 f"and {parts[1].strip()!r}")
             if count < 1:
                 raise SweepError(f"--vary {text!r}: empty range (COUNT {count} < 1)")
             if count > MAX_KNOB_VALUES:
@@ -74,6 +77,9 @@ def parse_vary(text: str, base: Any) -> Knob:
             values = tuple(float(v) for v in np.linspace(start, stop, count))
         else:
             values = tuple(float(v) for v in spec.split(",") if v.strip())
+            bad = [v for v in values if not math.isfinite(v)]
+            if bad:
+                raise SweepError(f"--vary {text!r}: {bad[0]} is not a finite number; give values in the field's unit")
     except ValueError as exc:
         if isinstance(exc, SweepError):
             raise
@@ -213,8 +219,12 @@ def estimate_s(base: Any, knobs: Sequence[Knob], work: Workload, workers: int,
     for c in distinct.values():
         try:
             ev = graph_events(build_kernel(c, base))
-        except (NotImplementedError, ValueError):
-            ev = 0  # roofline fallback: no simulation
+        except NotImplementedError:
+            ev = 0  # no template: the roofline prices it, no simulation
+        except ValueError as exc:
+            if not work.is_model:  # the one kernel asked for cannot be built here: say so, as `torchsim kernel` does
+                raise SweepError(f"sweep kernel {c.kind.value} on {base.name}: {exc}") from None
+            ev = 0  # a model's kernel the templates refuse is priced by the roofline, as in `predict`
         events += min(ev, 2 * max_events)
     return events * variants / EVENTS_PER_S / max(1, workers), points, len(distinct) * variants
 

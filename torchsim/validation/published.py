@@ -101,13 +101,16 @@ def read_rows(path: Path | None = None, *, strict: bool = False) -> list[Row]:
         raise FileNotFoundError(f"measurement file {str(p)!r} does not exist")
     out = []
     try:
-        text = Path(p).read_bytes().decode("utf-8")
+        text = Path(p).read_bytes().decode("utf-8-sig")  # a spreadsheet's byte-order mark is not a column name
     except UnicodeDecodeError as exc:  # a binary file given as the measurements: name it, not the codec
         raise ValueError(f"{p}: not a text file (byte {exc.start} is not UTF-8); measurements are a CSV in the "
                          f"published_dev.csv schema") from None
     with io.StringIO(text, newline="") as f:
         reader = csv.DictReader(f)
-        header = list(reader.fieldnames or [])
+        try:
+            header = list(reader.fieldnames or [])
+        except csv.Error as exc:
+            raise ValueError(f"{p}: not a readable CSV file ({exc})") from None
         missing = [c for c in COLUMNS if c not in header]
         unknown = [c for c in header if c not in COLUMNS]
         if missing or unknown:
@@ -115,7 +118,11 @@ def read_rows(path: Path | None = None, *, strict: bool = False) -> list[Row]:
                              + "; ".join(x for x in (f"missing column(s) {', '.join(missing)}" if missing else "",
                                                      f"unknown column(s) {', '.join(unknown)}" if unknown else "")
                                          if x) + f" (expected: {', '.join(COLUMNS)})")
-        for line, r in enumerate(reader, start=2):
+        try:
+            records = list(enumerate(reader, start=2))
+        except csv.Error as exc:  # a field over csv's size limit, a NUL byte
+            raise ValueError(f"{p}: not a readable CSV file after line {reader.line_num} ({exc})") from None
+        for line, r in records:
             try:
                 value = float(r["value"])
             except (TypeError, ValueError):
