@@ -333,7 +333,79 @@ def cases(tmp: Path) -> list[Case]:
              words=["sm_count"]),
         Case("rough", "what-if bare sm_count = 66 accepted", ["hw", "show", _toml(tmp, "bare", "sm_count = 66")],
              codes=(0,)),
+        *third_pass(tmp, gemm),
     ]
+
+
+def third_pass(tmp: Path, gemm: list[str]) -> list[Case]:
+    """What a second hostile probe found after the first fixes (tests/test_robustness_s8.py, _hf.py, _whatif.py)."""
+    nodes_dir = tmp / "k.nodes.parquet"
+    nodes_dir.mkdir()
+    kept = tmp / "k.parquet"
+    kept.write_bytes(b"PAR1 an earlier kernel table PAR1")
+    measured = tmp / "m.csv"
+    measured.write_text("id,category,hardware,workload,dtype,params_json,metric,value,unit,notes,source\n"
+                        'R0,gemm,h100-sxm,w,bf16,"{""M"": 4096, ""N"": 4096, ""K"": 4096}",time_us,0,us,,\n')
+    ct = {"quant_method": "compressed-tensors", "config_groups": "int8"}
+    return [
+        Case("internal", "compressed-tensors config_groups a string", ["predict", _config(
+            tmp, "ct", quantization_config=ct)], words=["config_groups"]),
+        Case("internal", "qwen2 hidden_size \"64\"", ["predict", _config(
+            tmp, "q2", model_type="qwen2", hidden_size="64")], words=["hidden_size"]),
+        Case("internal", "rope_scaling \"linear\"", ["predict", _config(tmp, "rs", rope_scaling="linear")],
+             words=["rope_scaling"]),
+        Case("internal", "model_type gpt2", ["predict", _config(tmp, "gpt2", model_type="gpt2")],
+             words=["gpt2", "not supported"]),
+        Case("internal", "what-if TMEM on an H100", [*gemm, "--hw", _toml(
+            tmp, "tmem", 'tmem_bytes_per_sm = "256 KiB"')], words=["tmem_bytes_per_sm", "sm100"]),
+        Case("internal", "calibrate value 0", ["calibrate", "--hw", "h100-sxm", "--measurements", str(measured),
+                                               "--out", str(tmp / "cal.toml")], words=["m.csv", "value"]),
+        Case("internal", "serve JSONL nested 10^5 deep", ["serve", "llama-tiny", "--requests", _text(
+            tmp, "deep.jsonl", "[" * 100_000 + "]" * 100_000)], words=["deep.jsonl", "nested"]),
+        Case("internal", "routing record --seq past the context", ["routing", "record", "--seq", "100000", "-o",
+                                                                    str(tmp / "r.json")], words=["--seq", "4096"]),
+        Case("hang", "what-if sm_count 10^6", ["predict", "--hw", _toml(tmp, "sm6", 'sm_count = "1000000 SMs"')],
+             words=["sm_count", "1024"]),
+        Case("hang", "elementwise --inputs 10^18", ["kernel", "elementwise", "--numel", "16", "--inputs",
+                                                    str(10**18)], words=["--inputs"]),
+        Case("hang", "compare --top 10^12", ["compare", "llama-tiny", "--hw", "h100-sxm,h200", "--top",
+                                             str(10**12), "--prompt", "16", "--decode", "2"], codes=(0,)),
+        Case("hang", "routing record of mixtral-8x22b on CPU", ["routing", "record", "--model", "mixtral-8x22b",
+                                                                "-o", str(tmp / "r.json")], words=["GiB"]),
+        Case("files", "--parquet k.parquet with k.nodes.parquet a directory", [*gemm, "--parquet", str(kept)],
+             words=["k.nodes.parquet", "directory"], keep=[kept]),
+        Case("naming", "file name of 258 bytes", [*gemm, "--parquet", str(tmp / ("a" * 250 + ".parquet"))],
+             words=["258 bytes"]),
+        Case("naming", "hidden_act unknown", ["predict", _config(tmp, "act", hidden_act="nonexistent_act")],
+             words=["hidden_act"]),
+        Case("accepted", "serve --rate 1e-300", ["serve", "llama-tiny", "--rate", "1e-300"], words=["--rate"]),
+        Case("accepted", "predict --dtype fp8 on an A100", ["predict", "--dtype", "fp8", "--hw", "a100-sxm"],
+             words=["a100-sxm", "FP8"]),
+        Case("accepted", "what-if smem_per_cta above smem_per_sm", ["hw", "show", _toml(
+            tmp, "smem", 'smem_per_cta_bytes = "300 KiB"')], words=["smem_per_cta_bytes", "smem_per_sm_bytes"]),
+        Case("accepted", "grouped-gemm --top-k 0", ["kernel", "grouped-gemm", "--routing", "balanced", "--tokens",
+                                                    "64", "--top-k", "0", "--n", "256", "--k", "256"],
+             words=["--top-k"]),
+        Case("accepted", "--detail without --perfetto", ["predict", "--detail", "3"], words=["--perfetto"]),
+        Case("accepted", "--program mcast on a GPU", [*gemm, "--program", "mcast"], words=["--program"]),
+        Case("accepted", "duplicate key in config.json", ["predict", _text(
+            tmp, "dup.json", '{"model_type": "llama", "hidden_size": 512, "hidden_size": 1024}')],
+             words=["hidden_size", "twice"]),
+        Case("refused", "elementwise of 2^25 elements", ["kernel", "elementwise", "--numel", str(1 << 25)],
+             codes=(0,)),
+        Case("refused", "quantization_config null", ["predict", _config(tmp, "qnull", quantization_config=None),
+                                                     "--prompt", "16", "--decode", "2"], codes=(0,)),
+        Case("early", "sweep --ray-address without --executor ray", ["sweep", "llama-tiny", "--vary",
+                                                                     "sm_count=66,132", "--out",
+                                                                     str(tmp / "s.parquet"), "--ray-address",
+                                                                     "1.2.3.4:1"], words=["--executor ray"]),
+    ]
+
+
+def _text(tmp: Path, name: str, content: str) -> str:
+    path = tmp / name
+    path.write_text(content)
+    return str(path)
 
 
 def _bad_edge_kind(doc: dict) -> None:

@@ -99,12 +99,24 @@ def approximated(args: argparse.Namespace) -> Any:
 def run() -> None:
     """The `torchsim` command: main(), then exit. After Ctrl-C or SIGTERM the process ends at once (os._exit):
     the `with` blocks have already left the outputs as they were and stopped the worker processes, and the
-    interpreter's teardown (torch, the pool's threads) takes seconds on a loaded machine."""
+    interpreter's teardown (torch, the pool's threads) takes seconds on a loaded machine. A signal arriving in
+    that teardown after a command succeeded ends it with the command's status."""
     code = main()
     if code in (130, 143):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    # the command has finished (its outputs are written): a signal during the interpreter's teardown ends the
+    # process at once with the command's own status, not as killed by the signal (which reads as "nothing changed")
+    def finished(signum: int, frame: Any) -> None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
+
+    signal.signal(signal.SIGINT, finished)
+    signal.signal(signal.SIGTERM, finished)
     sys.exit(code)
 
 
@@ -121,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     import warnings
 
+    from torchsim.exports.atomic import WRITTEN
     from torchsim.prediction.records import MemoryWarning
 
+    written = len(WRITTEN)  # outputs replaced before this command (an in-process caller's earlier commands)
     # the commands print a prediction's warnings themselves (once, without a Python source line)
     warnings.filterwarnings("ignore", category=MemoryWarning)
     previous_show, warnings.showwarning = warnings.showwarning, _one_line_cache_warnings(warnings.showwarning)
@@ -142,10 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torchsim {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"torchsim {args.command}: interrupted; no output was changed", file=sys.stderr)
+        print(f"torchsim {args.command}: interrupted; {_changed(written)}", file=sys.stderr)
         return 130
     except Terminated:
-        print(f"torchsim {args.command}: terminated; no output was changed", file=sys.stderr)
+        print(f"torchsim {args.command}: terminated; {_changed(written)}", file=sys.stderr)
         return 143
     except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
         if args.debug:
@@ -168,14 +182,28 @@ def check_combinations(args: argparse.Namespace) -> None:
     needs = [("detail", "perfetto", "--detail N adds the N slowest kernels' node views to the --perfetto trace; "
               "give --perfetto PATH too"),
              ("sp", "tp", "--sp splits the sequence around the norms over the --tp ranks; give --tp N (N > 1)"),
-             ("tune_budget", "tune", "--tune-budget sets how many candidates --tune simulates; add --tune")]
+             ("tune_budget", "tune", "--tune-budget sets how many candidates --tune simulates; add --tune"),
+             ("micro_batches", "pp", "--micro-batches splits each step's batch through the --pp pipeline stages; give "
+              "--pp N (N > 1)"),
+             ("kv", "decode", "--kv sets the KV length at the first decode step; with --decode 0 there is none"),
+             ("decode_samples", "decode", "--decode-samples sets how many decode steps are simulated; with --decode 0 "
+              "there are none")]
     for option, other, message in needs:
         value, partner = getattr(args, option, None), getattr(args, other, None)
-        if option == "sp" and not isinstance(value, bool):  # serve's --sp: refused by name there (not served)
-            continue
-        inactive = partner is None or partner is False or (other == "tp" and partner == 1)
+        if option == "sp" and (not isinstance(value, bool) or getattr(args, "command", "") == "compare"):
+            continue  # serve's --sp is refused by name there (not served); compare's --hw items carry their own tp
+        inactive = partner is None or partner is False or (other in ("tp", "pp") and partner == 1) \
+            or (other == "decode" and partner == 0)
         if hasattr(args, other) and value is not None and value is not False and value != 0 and inactive:
             raise UsageError(message)
+    samples, steps = getattr(args, "decode_samples", None), getattr(args, "decode", None)
+    if isinstance(samples, int) and isinstance(steps, int) and 0 < steps < samples:
+        raise UsageError(f"--decode-samples {samples} is more than the {steps} decode steps (--decode); give "
+                         f"1..{steps}")
+    outputs = [o for o in ("parquet", "perfetto", "plot", "out") if getattr(args, o, None) is not None]
+    if getattr(args, "force_format", False) and not outputs:
+        raise UsageError("--force-format writes an output whose name has another format's extension; no output path "
+                         "(--parquet, --perfetto, --plot, --out) was given")
     if getattr(args, "command", "") == "collective" and getattr(args, "factor", None) is not None \
             and ".." not in str(getattr(args, "size", "")):
         raise UsageError(f"--factor {args.factor} is the step of a size sweep; give --bytes LOW..HIGH (e.g. "
@@ -234,6 +262,15 @@ def _redeliver_if_signal(hook: Any) -> Any:
             return
         hook(unraisable)
     return redeliver
+
+
+def _changed(before: int) -> str:
+    """What an interrupted command changed: nothing, or the outputs it had already replaced whole."""
+    from torchsim.exports.atomic import WRITTEN
+
+    done = WRITTEN[before:]
+    return f"{', '.join(done)} had been written (complete); no other output was changed" if done else \
+        "no output was changed"
 
 
 def _one_line_cache_warnings(show: Any) -> Any:

@@ -63,7 +63,14 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown system {args.system!r}; known: {', '.join(system_names())} (a single GPU "
                              "such as h100-sxm is not a system: a collective needs several)") from None
         ranks = args.ranks if args.ranks is not None else system.devices
+        if args.eager and not isinstance(system, SystemProfile):
+            raise UsageError(f"--eager times CUDA launches from the host; {system.name} runs tt-metal's CCL ops, "
+                             f"timed as traced on the device (drop --eager)")
         bounds = _sizes(args.size)
+        split = {"all-gather": "output", "reduce-scatter": "input", "all-to-all": "send buffer"}.get(coll)
+        if split and len(bounds) == 1 and bounds[0] % ranks:
+            raise UsageError(f"--bytes {args.size}: {coll}'s {split} of {bounds[0]} B does not split evenly over "
+                             f"{ranks} ranks; give a multiple of {ranks} B")
         sizes = message_sizes(bounds[0], bounds[1], args.factor or 2) if len(bounds) == 2 else bounds
         costs = [collective_cost(coll, system, ranks, s, algorithm=args.algo, protocol=args.proto,
                                  eager=args.eager) for s in sizes]

@@ -120,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
     from torchsim.prediction.pipeline import predict
 
     entries = parse_hw_tp_list(args.hw, args.tp)
+    if args.tp != 1 and all(":" in item for item in args.hw.split(",")):
+        raise UsageError(f"--tp {args.tp} applies to --hw items without their own :tpN, and every item of --hw "
+                         f"{args.hw} has one; drop --tp or an item's :tpN")
+    if args.sp and all(tp == 1 for _hw, tp in entries):
+        raise UsageError("--sp splits the sequence around the norms over the tensor-parallel ranks; give --tp N or an "
+                         "--hw item NAME:tpN with N > 1")
     profiles = [hw for hw, _tp in entries]
     model = approximated(args)
     preds = []

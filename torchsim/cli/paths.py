@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from torchsim.exports.atomic import OutputError, check_destination
+from torchsim.exports.atomic import OutputError, check_destination, resolved
 
 # output option -> (format, extensions it may have); --force-format skips the extension check
 OUTPUT_FORMATS = {"parquet": ("Parquet", (".parquet", ".pq")),
@@ -44,14 +44,14 @@ def check_outputs(args: argparse.Namespace) -> None:
         if path.suffix.lower() not in exts and not getattr(args, "force_format", False):
             raise OutputError(f"--{opt} {value}: writes {fmt}, so the name should end in {' or '.join(exts)} "
                               f"(or pass --force-format)")
-        check_destination(path)
+        check_destination(resolved(path))
         outputs.append((f"--{opt}", path))
         companion = {"kernel": ("nodes", nodes_path), "serve": ("iterations", iterations_path)}.get(
             getattr(args, "command", ""))
         if opt == "parquet" and companion is not None:
             table, sibling = companion[0], Path(companion[1](value))
             try:  # the second table is written beside the first: a directory there must fail before any work
-                check_destination(sibling)
+                check_destination(resolved(sibling))
             except OutputError as exc:
                 raise OutputError(f"--parquet {value} also writes {sibling}: {exc}") from None
             outputs.append((f"--parquet (its {table} table)", sibling))

@@ -54,10 +54,11 @@ def register(sub: Any) -> None:
     p.add_argument("--approximate", action="store_true",
                    help="accept config.json fields torchsim cannot model (a sliding window, biases, another "
                    "activation, ...): each approximation is listed with the assumptions and in --json")
-    p.add_argument("--decode-samples", type=int_in(1, 1 << 20), default=3,
-                   help="decode steps simulated (others interpolated)")
+    p.add_argument("--decode-samples", type=int_in(1, 1 << 20), default=None,
+                   help="decode steps simulated, the others interpolated (default 3)")
     p.add_argument("--workers", type=int_in(1, 256), default=None, help="processes simulating kernels (default: auto)")
-    p.add_argument("--policy", default="gto", help="warp issue policy: gto, rr, lrr, two-level, ccws")
+    p.add_argument("--policy", default=None, help="GPU profiles: warp issue policy: gto (default), rr, lrr, two-level, "
+                   "ccws")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the on-disk kernel and plan caches")
     p.add_argument("--exact", action="store_true",
                    help="simulate every kernel in full (default: large kernels are extrapolated from truncated "
@@ -86,11 +87,18 @@ def run(args: argparse.Namespace) -> int:
 
     device = system_device(args)
     hw = device or _grid_profile(args)
-    with default_policy(args.policy) as pol:  # every kernel of the prediction runs under this issue policy
+    if args.policy is not None:
+        from torchsim.hwmodels import get_profile
+
+        target = get_profile(hw) if isinstance(hw, str) else hw
+        if getattr(getattr(target, "arch", None), "name", "") == "TENSIX":
+            raise UsageError(f"--policy sets how a GPU's warps issue; {target.name} is a Tenstorrent profile (its "
+                             f"cores run tt-metal's programs)")
+    with default_policy(args.policy or "gto") as pol:  # every kernel of the prediction runs under this issue policy
         pred = predict(approximated(args), policy_profile(hw, pol), prompt_len=args.prompt, decode_steps=args.decode,
                        kv_len=args.kv, batch=args.batch, preset=args.preset, launch=args.launch, weights=args.weights,
                        dtype=args.dtype, kv_cache=args.kv_cache, quant=args.quant,
-                       routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples,
+                       routing=args.routing, fallback=args.fallback, decode_samples=args.decode_samples or 3,
                        workers=args.workers, cache=not args.no_cache, tune=args.tune, exact=args.exact, tp=args.tp,
                        ep=args.ep, pp=args.pp, micro_batches=args.micro_batches, sp=args.sp,
                        allow_oversubscribe=args.allow_oversubscribe, max_total_events=None if args.yes

@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "own)")
     show.add_argument("--tokens", type=int_in(1, 1 << 40), default=None,
                       help="tokens to route (default: the file's own count; 2048 for patterns)")
-    show.add_argument("--seed", type=int_in(0, MAX_SEED), default=0, help="seed of the random patterns (default 0)")
+    show.add_argument("--seed", type=int_in(0, MAX_SEED), default=None,
+                      help="seed of the sampled patterns, zipf and dirichlet (default 0)")
     show.set_defaults(func=_show)
 
 
@@ -80,8 +81,17 @@ def _record(args: argparse.Namespace) -> int:
 
         transformers = require_transformers()
         if args.text is not None:
-            tok = transformers.AutoTokenizer.from_pretrained(str(args.checkpoint), local_files_only=True)
-            ids = tok(args.text.read_text(), return_tensors="pt")["input_ids"]
+            try:
+                tok = transformers.AutoTokenizer.from_pretrained(str(args.checkpoint), local_files_only=True)
+            except (OSError, ValueError, KeyError, TypeError) as exc:  # no or damaged tokenizer files
+                first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+                raise UsageError(f"--text needs the tokenizer of --checkpoint {args.checkpoint}, which transformers "
+                                 f"cannot load ({first}); record without --text (random token ids)") from None
+            try:
+                text = args.text.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"--text {args.text}: not UTF-8 text (byte {exc.start})") from None
+            ids = tok(text, return_tensors="pt")["input_ids"]
         else:
             cfg = transformers.AutoConfig.from_pretrained(str(args.checkpoint), local_files_only=True)
             ids = _token_ids(args, int(cfg.vocab_size))
@@ -133,14 +143,20 @@ def _show(args: argparse.Namespace) -> int:
         if args.model is not None:
             raise UsageError(f"--model sizes a pattern; the routing file {args.source} has its own layers and experts "
                              f"(drop --model)")
+        if args.seed is not None:
+            raise UsageError(f"--seed draws a sampled pattern; the routing file {args.source} holds its counts "
+                             f"(drop --seed)")
         counts = load_routing(args.source)
         print((counts.scaled(args.tokens) if args.tokens else counts).describe())
         return 0
+    if args.seed is not None and args.source.split(":")[0].strip().lower() in ("balanced", "skewed"):
+        raise UsageError(f"--seed draws a sampled pattern (zipf, dirichlet); {args.source} is computed, not sampled "
+                         f"(drop --seed)")
     args.model = args.model or "mixtral-8x7b"
     cfg = get_config(args.model)
     if not isinstance(cfg, MixtralConfig):
         raise UsageError(f"model {args.model!r} has no MoE layers; give a Mixtral-family config")
     counts = resolve_routing(args.source, num_layers=cfg.num_hidden_layers, num_experts=cfg.num_local_experts,
-                             top_k=cfg.num_experts_per_tok, tokens=args.tokens or 2048, seed=args.seed)
+                             top_k=cfg.num_experts_per_tok, tokens=args.tokens or 2048, seed=args.seed or 0)
     print(counts.describe())
     return 0

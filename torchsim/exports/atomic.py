@@ -20,6 +20,19 @@ class OutputError(OSError):
     """An output file could not be written; the message names the path and the reason."""
 
 
+WRITTEN: list[str] = []  # outputs this process has replaced, in order (the CLI names them if interrupted after)
+
+
+def resolved(path: str | os.PathLike[str]) -> Path:
+    """Where an output path writes: through a symbolic link (also a dangling one) to its target, as a shell's `>`
+    does, so that the link stays a link and its target gets the new content."""
+    p = Path(path)
+    try:
+        return Path(os.path.realpath(p)) if p.is_symlink() else p
+    except OSError:  # a name too long to look up: check_destination names it
+        return p
+
+
 def check_destination(path: Path) -> Path:
     """The directory that will hold `path`, after checking that a file can be created there (and that an
     existing `path` is a regular file: a device, FIFO or socket is never replaced by one)."""
@@ -40,6 +53,9 @@ def check_destination(path: Path) -> Path:
     if path.exists() and not path.is_file():
         raise OutputError(f"cannot write {path}: it exists and is not a regular file (a device, FIFO or socket); "
                           f"torchsim replaces only regular files")
+    if path.is_file() and not path.stat().st_mode & 0o222:  # checked by mode: root passes os.access on any file
+        raise OutputError(f"cannot write {path}: the existing file is read-only (mode "
+                          f"{stat.S_IMODE(path.stat().st_mode):o}); make it writable or give another name")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {path}: directory {directory} is not writable")
     return directory
@@ -91,7 +107,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
         >>> out.read_bytes()
         b'hello'
     """
-    target = Path(path)
+    target = resolved(path)
     directory = check_destination(target)
     mode = _final_mode(target)
     try:
@@ -109,6 +125,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
+        WRITTEN.append(str(path))
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()

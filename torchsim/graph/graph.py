@@ -49,11 +49,22 @@ def _check_fields(obj: Any, allowed: tuple[str, ...], what: str) -> None:
             raise GraphError(f"{what}: unknown field {key!r}; {hint}fields: {', '.join(allowed)}")
 
 
+def _attrs(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise GraphError(f"{what}: attrs must be a JSON object of names to values, got {type(value).__name__}")
+    return dict(value)
+
+
 def _amount(value: Any, field_name: str, what: str) -> float:
     """A finite, non-negative number (FLOPs, bytes) of a JSON object."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise GraphError(f"{what}: {field_name} must be a finite number >= 0, got {value!r}")
     return float(value)
+
+
+MAX_WARPS = 64  # warps of one CTA at most: a 2048-thread SM's worth (1024-thread CTAs use 32)
+MAX_ARRIVALS = (1 << 20) - 1  # an mbarrier's arrival count field
+MAX_TILE_ELEMENTS = 1 << 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +140,20 @@ class TileGraph:
                 raise GraphError(f"node {i} ({self.node_names[i]!r}) of template {self.name!r} names {what} "
                                  f"{int(arr[i])}, but the template has {what}s 0..{size - 1}")
         for b in self.barriers:
-            if isinstance(b.expected, bool) or not isinstance(b.expected, (int, np.integer)) or b.expected <= 0:
+            if isinstance(b.expected, bool) or not isinstance(b.expected, (int, np.integer)) \
+                    or not 1 <= b.expected <= MAX_ARRIVALS:
                 raise GraphError(f"template {self.name!r}: barrier {b.name!r} expects {b.expected!r} arrivals; "
-                                 f"a barrier needs a whole number >= 1")
+                                 f"a barrier needs a whole number in 1..{MAX_ARRIVALS} (an mbarrier's count)")
+        self._validate_groups()
+        bad = np.nonzero((self.phase < 0) | ~np.isfinite(self.smem_io) | (self.smem_io < 0) | (self.smem_io > 1e18))[0]
+        if bad.size:
+            i = int(bad[0])
+            raise GraphError(f"{self.describe_node(i)} has phase {int(self.phase[i])} and smem_io {self.smem_io[i]} "
+                             f"(valid: phase >= 0, smem_io 0 .. 1e18 bytes)")
+        for j, t in enumerate(self.tiles):
+            if t.elements > MAX_TILE_ELEMENTS:
+                raise GraphError(f"template {self.name!r}: tile {j} of {t.tensor!r} has shape {t.shape}, "
+                                 f"{t.elements:,} elements (a tile holds at most {MAX_TILE_ELEMENTS:,})")
         for i in range(n):
             op = Op(int(self.op[i]))
             if self.work[i] < 0 or not np.isfinite(self.work[i]) or self.work[i] > 1e18:
@@ -144,6 +166,22 @@ class TileGraph:
         if cycle:
             names = " -> ".join(f"{i}:{self.node_names[i]}" for i in cycle)
             raise GraphError(f"template {self.name!r} has a cycle: {names}")
+
+    def _validate_groups(self) -> None:
+        """Execution groups are disjoint ranges of the CTA's warps, within the most warps a CTA can have."""
+        taken: dict[int, str] = {}
+        for g in self.groups:
+            counts = (g.first_warp, g.num_warps)
+            if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in counts) \
+                    or g.first_warp < 0 or g.num_warps < 1 or g.first_warp + g.num_warps > MAX_WARPS:
+                raise GraphError(f"template {self.name!r}: group {g.name!r} has first_warp {g.first_warp!r} and "
+                                 f"num_warps {g.num_warps!r}; a group is warps first_warp .. first_warp + num_warps "
+                                 f"- 1 within 0..{MAX_WARPS - 1}")
+            for w in range(g.first_warp, g.first_warp + g.num_warps):
+                if w in taken:
+                    raise GraphError(f"template {self.name!r}: groups {taken[w]!r} and {g.name!r} both hold warp {w}; "
+                                     f"each warp belongs to one group")
+                taken[w] = g.name
 
     def find_cycle(self) -> list[int]:
         """Kahn's algorithm; returns the nodes of one cycle (closed) or [] when acyclic."""
@@ -234,7 +272,7 @@ class TileGraph:
             edge_dst=np.array([e[1] for e in edges], dtype=np.int32),
             edge_kind=np.array([Edge[e[2]] for e in edges], dtype=np.int8),
             dtype=DType[obj["dtype"]],
-            attrs=dict(obj.get("attrs", {})),
+            attrs=_attrs(obj.get("attrs", {}), what),
         )
         g.validate()
         return g
@@ -355,7 +393,7 @@ class KernelGraph:
             classes.append(CtaClass(TileGraph.from_json(c["graph"]), _param_rows(c["params"], c["param_names"], where),
                                     tuple(c["param_names"]), c["threads"], c["regs_per_thread"], smem))
         kg = cls(obj["name"], tuple(classes), _amount(obj["flops"], "flops", what),
-                 _amount(obj["dram_bytes"], "dram_bytes", what), dict(obj.get("attrs", {})))
+                 _amount(obj["dram_bytes"], "dram_bytes", what), _attrs(obj.get("attrs", {}), what))
         kg.validate()
         return kg
 

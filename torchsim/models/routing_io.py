@@ -18,6 +18,7 @@ from torchsim.models.routing_counts import RoutingCounts
 FORMAT_NAME = "torchsim.routing"
 FORMAT_VERSION = 1
 _PARQUET_META_KEY = b"torchsim.routing"
+FIELDS = frozenset({"format", "version", "model", "source", "num_experts", "top_k", "tokens", "tokens_per_expert"})
 
 
 def routing_to_dict(counts: RoutingCounts, *, model: str = "") -> dict[str, Any]:
@@ -31,6 +32,10 @@ def routing_from_dict(obj: Any, *, where: str) -> RoutingCounts:
     """Parse and check a routing object; `where` (the file name) prefixes every error."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object with 'tokens_per_expert', got {type(obj).__name__}")
+    unknown = sorted(set(obj) - FIELDS)
+    if unknown:  # a typo ('top-k', 'token_per_expert') would otherwise be dropped without a word
+        raise ValueError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))}; a routing file has "
+                         f"{', '.join(sorted(FIELDS))}")
     if obj.get("format", FORMAT_NAME) != FORMAT_NAME:
         raise ValueError(f"{where}: field 'format' is {obj['format']!r}, expected {FORMAT_NAME!r}")
     if obj.get("version", FORMAT_VERSION) != FORMAT_VERSION:

@@ -50,7 +50,22 @@ def code_fingerprint() -> str:
 
 
 class CacheWarning(UserWarning):
-    """A cache entry was damaged or edited; it was discarded and will be recomputed."""
+    """A cache entry was damaged or edited (discarded and recomputed), or the cache cannot be written."""
+
+
+_UNWRITABLE: set[str] = set()  # cache folders already reported as unwritable (once per process each)
+
+
+def warn_unwritable(root: Path, exc: OSError) -> None:
+    """Say once that results are not being cached (TORCHSIM_CACHE_DIR a file, /dev/null, read-only, full): the
+    prediction is still right, but every later run recomputes what a user expects to be cached."""
+    where = str(root.parent)
+    if where in _UNWRITABLE:
+        return
+    _UNWRITABLE.add(where)
+    reason = exc.strerror or type(exc).__name__
+    warnings.warn(f"torchsim cache: cannot write to {where} ({reason}); results are not cached (point "
+                  f"TORCHSIM_CACHE_DIR at a writable directory, or pass --no-cache)", CacheWarning, stacklevel=3)
 
 
 def _checksum(data: Any) -> str:
@@ -135,7 +150,8 @@ class DiskCache:
                 json.dump({"checksum": _checksum(data), "data": data}, f)
             os.replace(tmp, self.root / f"{key}.json")
             self.writes += 1
-        except OSError:
+        except OSError as exc:
+            warn_unwritable(self.root, exc)
             try:
                 os.unlink(tmp)
             except (OSError, UnboundLocalError):

@@ -31,7 +31,7 @@ import torchsim
 from torchsim.graph.kinds import DType
 from torchsim.lowering.kernel_call import KernelCall
 from torchsim.lowering.quant import QuantFormat
-from torchsim.prediction.cache import CacheWarning, default_root
+from torchsim.prediction.cache import CacheWarning, default_root, warn_unwritable
 
 PLAN_CACHE_VERSION = 1
 _PKG = Path(torchsim.__file__).parent
@@ -167,7 +167,9 @@ class PlanCache:
                 f.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
             os.replace(tmp, self.root / f"{key}.pkl")
             self.writes += 1
-        except (OSError, pickle.PicklingError):
+        except (OSError, pickle.PicklingError) as exc:
+            if isinstance(exc, OSError):
+                warn_unwritable(self.root, exc)
             if tmp:
                 try:
                     os.unlink(tmp)

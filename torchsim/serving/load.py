@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from torchsim.models.jsonfile import FieldError, loads_fields
+
 ARRIVAL = ("arrival_s", "arrival_time", "timestamp")
 INPUT = ("input_len", "input_tokens", "prompt_len")
 OUTPUT = ("output_len", "output_tokens")
@@ -136,6 +138,10 @@ def read_requests(path: str | Path) -> list[Request]:
         if suffix == ".csv":
             lines = text.lstrip("\ufeff").splitlines()  # a spreadsheet's UTF-8 byte-order mark
             reader = csv.DictReader(lines)
+            header = list(reader.fieldnames or [])
+            if len(set(header)) != len(header):
+                twice = sorted({c for c in header if header.count(c) > 1})
+                raise ValueError(f"{p}: the header names column(s) {', '.join(twice)} twice; keep one of each")
             try:
                 rows = [(f"line {i + 2}", dict(r)) for i, r in enumerate(reader)]
             except csv.Error as exc:
@@ -150,7 +156,9 @@ def read_requests(path: str | Path) -> list[Request]:
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = loads_fields(line)
+                except FieldError as exc:
+                    raise ValueError(f"{p}: line {i + 1}: {exc}") from None
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{p}: line {i + 1} is not a JSON object: {exc.msg}") from None
                 except RecursionError:
@@ -165,16 +173,24 @@ def read_requests(path: str | Path) -> list[Request]:
                              ".csv or .parquet")
     if not rows:
         raise ValueError(f"request file {str(p)!r} holds no requests")
-    out = [_request(i, where, r, p) for i, (where, r) in enumerate(rows)]
+    out = [_request(i, where, r, p, text_cells=suffix == ".csv") for i, (where, r) in enumerate(rows)]
     return [Request(i, r.arrival_s, r.input_len, r.output_len)
             for i, r in enumerate(sorted(out, key=lambda r: (r.arrival_s, r.id)))]
 
 
-def _request(i: int, where: str, row: dict[str, object], path: Path) -> Request:
+def _request(i: int, where: str, row: dict[str, object], path: Path, *, text_cells: bool) -> Request:
+    """One request from a row; `text_cells`: a CSV row, whose cells are strings (JSON and Parquet carry numbers)."""
     def field(names: tuple[str, ...], default: object = None) -> object:
-        for n in names:
-            if n in row and row[n] not in (None, ""):
-                return row[n]
+        given = [n for n in names if n in row]
+        if len(given) > 1:
+            raise ValueError(f"{path}: {where} gives {' and '.join(given)}, names of one column; keep one")
+        if given:
+            value = row[given[0]]
+            if value is None or value == "":
+                raise ValueError(f"{path}: {where}: {given[0]} is empty (null); give a number")
+            if isinstance(value, str) and not text_cells:
+                raise ValueError(f"{path}: {where}: {given[0]} is the string {value[:20]!r}; give a number")
+            return value
         if default is None:
             raise ValueError(f"{path}: {where} has no {names[0]} (columns: {', '.join(map(str, row)) or 'none'}; "
                              f"accepted names: {', '.join(names)})")
