@@ -113,7 +113,7 @@ def test_predict_tp_one_rank_and_its_collectives() -> None:
 
 
 @pytest.mark.parametrize(("hw", "tp", "match"), [
-    ("h100-sxm", 16, "tp x pp = 16 GPUs; dgx-h100"),
+    ("h100-sxm", 16, r"16 GPUs \(max\(tp, ep\) x pp\); dgx-h100"),
     ("a100-pcie", 2, "no built-in multi-device system has 'a100-pcie' devices"),
     ("wormhole-n150", 2, "no built-in multi-device system has 'wormhole-n150' devices"),
     ("h100-sxm", 0, "tp must be an integer >= 1"),

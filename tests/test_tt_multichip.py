@@ -139,8 +139,8 @@ def test_llama_70b_fits_t3000_not_n150() -> None:
 
 @pytest.mark.parametrize(("hw", "kw", "match"), [
     ("t3000", dict(tp=6), "tp=6 does not divide the 64 query heads"),
-    ("n300", dict(tp=8), "tp x pp = 8 chips; n300 has 2"),
-    ("wormhole-n300", dict(tp=16), r"tp x pp = 16 chips; t3000 \(wormhole-n300\) has 8"),
+    ("n300", dict(tp=8), r"8 chips \(max\(tp, ep\) x pp\); n300 has 2"),
+    ("wormhole-n300", dict(tp=16), r"16 chips \(max\(tp, ep\) x pp\); t3000 \(wormhole-n300\) has 8"),
     ("wormhole-n150", dict(tp=2), "no built-in multi-device system has 'wormhole-n150' devices"),
     ("t3000", dict(tp=2, pp=2), "only tensor parallelism is modelled"),
 ])

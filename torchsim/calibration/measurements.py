@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchsim.calibration.params import CalibrationError
+from torchsim.models.jsonfile import FieldError, loads_fields
 from torchsim.validation.predict_row import KERNEL_CATEGORIES
 from torchsim.validation.published import COLUMNS, Row
 
@@ -37,6 +38,18 @@ OTHER_MAX_VALUE = 1e15
 # params_json keys the kernel predictors read as a shape dimension (torchsim.validation.predict_row)
 SHAPE_KEYS = ("M", "N", "K", "batch", "groups", "M_per_group", "heads", "heads_q", "heads_kv", "head_dim",
               "hidden_dim", "seqlen")
+# the categories of the schema (a row of another is read by no predictor: an error in a calibration's input)
+CATEGORIES = ("gemm", "attention", "moe_grouped_gemm", "microbenchmark", "e2e_inference")
+METRICS = (*UNITS, "sm_clock_mhz")  # published_dev.csv's metrics and `torchsim microbench`'s
+# params_json keys of the kernel categories (published_dev.csv's and `torchsim microbench`'s); another is a typo
+PARAM_KEYS = {"gemm": ("M", "N", "K", "batch", "grid", "layout", "math_fidelity", "use_trace"),
+              "moe_grouped_gemm": ("groups", "M_per_group", "N", "K"),
+              "attention": ("batch", "causal", "head_dim", "heads", "heads_kv", "heads_q", "hidden_dim", "kv_len",
+                            "mode", "n_kv_heads", "n_q_heads", "note", "seqlen", "seqlen_q", "seqlen_kv")}
+# words a kernel row's dtype text must name one of (torchsim.validation.published.dtype_of reads anything else as
+# bf16, so `int3` would be fitted as a bf16 kernel)
+DTYPE_WORDS = ("bf16", "bfloat16", "fp16", "float16", "16-bit", "fp8", "f8e4m3", "e4m3", "fp4", "bfp8", "bfp4",
+               "bfloat8_b", "bfloat4_b", "fp32", "tf32")
 
 
 def read_measurements(path: str | Path, profile: str | None = None) -> list[Row]:
@@ -45,6 +58,9 @@ def read_measurements(path: str | Path, profile: str | None = None) -> list[Row]
     if p.is_dir():
         raise CalibrationError(f"--measurements {str(path)!r} is a directory; give the CSV file itself "
                                "(published_dev.csv schema)")
+    if p.exists() and not p.is_file():
+        raise CalibrationError(f"--measurements {str(path)!r} is not a regular file (a device or a pipe); give the "
+                               "CSV file itself (published_dev.csv schema)")
     if not p.is_file():
         raise FileNotFoundError(f"measurement file {str(path)!r} does not exist")
     size = p.stat().st_size
@@ -87,7 +103,7 @@ def _parse(p: Path, text: str, profile: str | None) -> list[Row]:
             raise CalibrationError(f"{p}:{line}: {len(cells)} fields, the header has {len(header)} columns (a comma "
                                    "inside a field needs the field in double quotes)")
         r = dict(zip(header, cells + [""] * (len(header) - len(cells))))
-        where = f"{p}:{line}: row {r['id'][:40]}"
+        where = f"{p}:{line}: row {r['id'][:40] or '(no id)'}"
         for col, cell in r.items():
             if len(cell) > MAX_FIELD_CHARS:
                 raise CalibrationError(f"{where}: {col}: {len(cell):,} characters, above the limit of "
@@ -97,9 +113,11 @@ def _parse(p: Path, text: str, profile: str | None) -> list[Row]:
         except ValueError:
             raise CalibrationError(f"{where}: value {r['value']!r} is not a number") from None
         try:
-            params = json.loads(r["params_json"] or "{}")
+            params = loads_fields(r["params_json"] or "{}")
         except json.JSONDecodeError as exc:
             raise CalibrationError(f"{where}: params_json is not JSON: {exc}") from None
+        except FieldError as exc:
+            raise CalibrationError(f"{where}: params_json: {exc}") from None
         except RecursionError:
             raise CalibrationError(f"{where}: params_json is nested too deeply; it is a flat object such as "
                                    '{"M": 4096, "N": 4096, "K": 4096}') from None
@@ -121,6 +139,22 @@ def _parse(p: Path, text: str, profile: str | None) -> list[Row]:
 def _check_used(row: Row, raw: str, where: str) -> None:
     """A row the fit reads: a positive, finite, plausible value in its metric's unit, and whole-number shapes."""
     metric = row.metric.strip()
+    if not row.id.strip():
+        raise CalibrationError(f"{where}: empty id; each row needs its own id (the fit and its report cite rows by "
+                               "it)")
+    if row.category not in CATEGORIES:
+        raise CalibrationError(f"{where}: category {row.category!r} is not one of the schema's; valid: "
+                               f"{', '.join(CATEGORIES)}")
+    if metric not in METRICS:
+        raise CalibrationError(f"{where}: metric {row.metric!r} is not one torchsim reads; valid: {', '.join(METRICS)}")
+    keys = PARAM_KEYS.get(row.category)
+    unknown = sorted(set(row.params) - set(keys)) if keys is not None else []
+    if unknown:
+        raise CalibrationError(f"{where}: params_json key {unknown[0]!r} is not a {row.category} parameter; valid: "
+                               f"{', '.join(keys or ())}")
+    if row.category in KERNEL_CATEGORIES and not any(w in row.dtype.lower() for w in DTYPE_WORDS):
+        raise CalibrationError(f"{where}: dtype {row.dtype!r} names no format the {row.category} predictor models; "
+                               "valid: text naming bf16, fp16, fp8 (e4m3), fp4 (nvfp4), fp32 or tf32")
     high = MAX_VALUE.get(metric, OTHER_MAX_VALUE)
     if not (math.isfinite(row.value) and 0 < row.value <= high):
         raise CalibrationError(f"{where}: value {raw.strip()!r}: a {metric or 'measured'} value must be a finite "
@@ -133,6 +167,7 @@ def _check_used(row: Row, raw: str, where: str) -> None:
         v: Any = row.params.get(key)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= MAX_DIM or v != int(v):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DIM:
             raise CalibrationError(f"{where}: params_json {key} = {json.dumps(v)[:40]} is not a shape dimension; "
-                                   f"valid: a whole number from 1 to {MAX_DIM}")
+                                   f"valid: a whole number from 1 to {MAX_DIM}, written without a decimal point or "
+                                   "exponent")

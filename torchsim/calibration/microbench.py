@@ -663,13 +663,10 @@ def _driver_version() -> str:
 def profile_for(gpu: str, hw: str | None) -> tuple[str, str]:
     """The torchsim profile the rows name (`hw` when given, else the one published.HW_MAP maps the GPU name to),
     and a note (a proxy mapping, or a GPU name that maps elsewhere than `hw`)."""
-    from torchsim.hwmodels import profile_names
-
-    names = profile_names()
     mapped = next(((prof, note) for key, prof, note in HW_MAP if key in gpu), None)
+    names = gpu_profile_names()
     if hw is not None:
-        if hw not in names:
-            raise ValueError(f"--hw: unknown profile {hw!r}; valid: {', '.join(names)}")
+        check_hw(hw)
         if mapped is not None and mapped[0] != hw:
             return hw, f"GPU {gpu!r} would map to {mapped[0]}; rows labelled {hw} as asked"
         return hw, mapped[1] if mapped else ""
@@ -678,6 +675,24 @@ def profile_for(gpu: str, hw: str | None) -> tuple[str, str]:
     if "PCIe" in gpu and mapped[0].endswith("-sxm") and not mapped[1]:
         return mapped[0], f"a PCIe part on the {mapped[0]} profile (proxy: the SXM part has more bandwidth and power)"
     return mapped
+
+
+def gpu_profile_names() -> list[str]:
+    from torchsim.hwmodels.gpu import GPU_PROFILES
+
+    return list(GPU_PROFILES)
+
+
+def check_hw(hw: str) -> None:
+    """`--hw` names a GPU profile: the suite measures CUDA kernels, which a Tensix profile's rows would mislabel."""
+    from torchsim.hwmodels import profile_names
+
+    names = gpu_profile_names()
+    if hw in profile_names() and hw not in names:
+        raise ValueError(f"--hw: {hw!r} is not a GPU profile (the suite measures CUDA kernels; a Tenstorrent "
+                         f"profile's rows would be mislabelled); valid: {', '.join(names)}")
+    if hw not in names:
+        raise ValueError(f"--hw: unknown profile {hw!r}; valid: {', '.join(names)}")
 
 
 def to_rows(ms: Sequence[Measurement], profile: str, env: Environment, timing: Timing,

@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, BrokenPipeError):
             return _quiet_after_broken_pipe()
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        name = getattr(exc, "filename", None)
+        if isinstance(exc, OSError) and isinstance(name, str) and len(name) > 80:  # ENAMETOOLONG echoes it whole
+            msg = f"{exc.strerror or type(exc).__name__}: {name[:60]!r}... ({len(name):,} characters)"
         print(f"torchsim {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -19,27 +19,43 @@ def register(sub: Any) -> None:
                        "what-if TOML whose numbers carry `calibrated` provenance citing the rows.")
     p.add_argument("--hw", required=True, help="profile to calibrate, e.g. h100-sxm")
     p.add_argument("--measurements", required=True, help="CSV in the published_dev.csv schema")
-    p.add_argument("--params", default="", help=f"comma-separated fields to fit (known: {', '.join(PARAMS)}); "
+    p.add_argument("--params", default=None, help=f"comma-separated fields to fit (known: {', '.join(PARAMS)}); "
                    "default: a quick set (dram_bytes_per_s and the launch gaps), or a larger one with --full")
     p.add_argument("--out", default=None, help="what-if TOML to write (atomically; nothing on failure)")
     p.add_argument("--full", action="store_true", help="every row and a finer search (slow); default quick: rows "
                    "up to 1e11 FLOPs, a 5-point grid, one sweep")
-    p.add_argument("--min-rows", type=int_in(1, 1 << 20), default=3,
+    p.add_argument("--min-rows", type=int_in(1, 1 << 20), default=None,
                    help="rows a parameter must move to be fitted (default 3)")
     p.add_argument("--power", action="store_true", help="fit the power model instead (static power, the active-SM "
                    "and DRAM energies, the bf16/FP8 tensor energies) to the file's sustained rows and idle reading "
                    "(torchsim microbench --sustained); --params does not apply")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--force-format", action="store_true", help="write --out even when its extension names another "
+                   "format (a what-if profile is TOML)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from torchsim.calibration.params import CalibrationError
+
     if args.power:
+        unused = [flag for flag, value in (("--params", args.params), ("--full", args.full or None),
+                                           ("--min-rows", args.min_rows)) if value is not None]
+        if unused:
+            raise CalibrationError(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply with --power "
+                                   "(the power fit's fields and rows are fixed: the file's sustained rows and idle "
+                                   "reading); leave it out, or drop --power")
         return _run_power(args)
     from torchsim.calibration.run import calibrate, report_json, report_text, write_whatif
 
-    params = [x.strip() for x in args.params.split(",") if x.strip()] or None
-    c = calibrate(args.hw, args.measurements, params, quick=not args.full, min_rows=args.min_rows,
+    params = None
+    if args.params is not None:
+        params = [x.strip() for x in args.params.split(",") if x.strip()]
+        if not params:
+            raise CalibrationError(f"--params {args.params!r} names no field; give comma-separated fields (known: "
+                                   f"{', '.join(PARAMS)}), or leave --params out for the default set")
+    min_rows = 3 if args.min_rows is None else args.min_rows
+    c = calibrate(args.hw, args.measurements, params, quick=not args.full, min_rows=min_rows,
                   log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
     wrote = write_whatif(c, args.out) if args.out else False
     if args.json:
@@ -64,14 +80,18 @@ def _run_power(args: argparse.Namespace) -> int:
     from torchsim.exports.atomic import write_bytes_atomic
     from torchsim.hwmodels import get_profile
 
-    if args.params:
-        raise CalibrationError("--params does not apply with --power (the power fit's fields are fixed)")
     try:
         hw = get_profile(args.hw)
     except KeyError as exc:
         raise CalibrationError(f"--hw: {exc.args[0] if exc.args else args.hw}") from None
     rows = select_rows(read_measurements(args.measurements, hw.name), hw.name)
     fit = fit_power(hw, rows)
+    if not fit.values:  # nothing to write or report as a fit: the file lacks the rows the power fit needs
+        raise CalibrationError(f"--measurements {args.measurements}: no power-model field could be fitted to its "
+                               f"{len(rows)} {hw.name} rows ({'; '.join(fit.skipped) or 'no sustained rows'}); "
+                               "the power fit needs the rows of `torchsim microbench --sustained` (sustained GEMMs and "
+                               "adds with board power, and the idle reading)"
+                               + (f"; {args.out} not written" if args.out else ""))
     wrote = bool(args.out and fit.values)
     if wrote:
         write_bytes_atomic(args.out, whatif(fit, Path(args.measurements).name).encode())

@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
     p.add_argument("--kv", type=int_in(1, 1 << 24), default=None,
                    help="decode: KV length before the step (default 4096)")
     p.add_argument("--prompt", type=int_in(1, 1 << 20), default=None, help="prefill: prompt tokens (default 2048)")
-    p.add_argument("--batch", type=int_in(1, 1 << 16), default=1,
-                   help="sequences (model) or GEMM batch (kernel); default 1")
+    p.add_argument("--batch", type=int_in(1, 1 << 16), default=None,
+                   help="sequences (model) or GEMM batch (kernel gemm); default 1")
     p.add_argument("--preset", default=None, choices=("serving", "eager"), help="model: fusion preset (default "
                    "serving)")
     p.add_argument("--m", type=int_in(1, MAX_DIM), default=None, help="kernel gemm: M")
@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", default=None, help="also write a PNG of the total against the knobs")
     p.add_argument("--force-format", action="store_true", help="write even when a path's extension names another "
                    "format")
-    p.add_argument("--jobs", type=int_in(0, 256), default=0, help="worker processes (default: all cores)")
+    p.add_argument("--jobs", type=int_in(0, 256), default=0, help="worker processes; 0 (the default): one per core")
     p.add_argument("--executor", default="local", choices=("local", "ray"), help="local process pool, or Ray tasks")
     p.add_argument("--ray-address", default=None, help="Ray cluster HOST:PORT (default: start a local Ray)")
     p.add_argument("--yes", action="store_true", help="run even when the estimate exceeds an hour")
@@ -69,8 +69,22 @@ MAX_DIM = 1 << 24
 MAX_GEMM_TILES = 1 << 21
 # options that apply to one target only: given to the other they would be silently ignored (`sweep kernel gemm
 # --phase prefill` swept no prefill at all); the model's with the defaults they take when not given
-MODEL_ONLY: dict[str, Any] = {"phase": "decode", "kv": 4096, "prompt": 2048, "preset": "serving"}
+MODEL_ONLY: dict[str, Any] = {"phase": "decode", "kv": None, "prompt": None, "preset": "serving"}
 KERNEL_ONLY = ("m", "n", "k", "epilogue", "variant", "param", "dtype")
+# the options of `sweep kernel gemm` alone (each is a GEMM parameter; another kind's would be silently unused)
+GEMM_ONLY = ("m", "n", "k", "epilogue", "variant", "batch")
+# each kind's KernelCall parameters (torchsim.lowering.kernel_call.KernelKind), for the messages
+KIND_PARAMS = {"grouped_gemm": "tokens_per_expert, n, k, epilogue",
+               "attention_prefill": "batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal",
+               "attention_decode": "batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, page_size, num_splits",
+               "mla_decode": "batch, heads_q, seq_q, seq_kv, head_dim, head_dim_v",
+               "rmsnorm": "rows, hidden, centered, bias", "add_rmsnorm": "rows, hidden",
+               "rope": "tokens, heads_q, heads_kv, head_dim",
+               "silu_mul": "rows, hidden", "elementwise": "numel, inputs, outputs, op", "softmax": "rows, cols",
+               "embedding": "tokens, hidden, vocab", "router_topk": "tokens, experts, top_k", "argmax": "rows, vocab",
+               "reduce": "numel_in, numel_out"}
+# KernelCall parameters that are switches: true/false (or 1/0), not any truthy value (`centered=yes`, `bias=2`)
+BOOL_PARAMS = frozenset({"centered", "bias", "causal", "shared_b", "tune"})
 # KernelCall parameters that count things (torchsim.lowering.kernel_call.KernelKind lists each kind's): whole
 # numbers in [1, MAX_DIM] (`--param rows=1.5` or `rows=-1` would otherwise be simulated as given)
 COUNT_PARAMS = frozenset({"m", "n", "k", "batch", "rows", "hidden", "cols", "tokens", "heads_q", "heads_kv", "seq_q",
@@ -100,6 +114,10 @@ def _param(item: str) -> tuple[str, Any]:
             raise UsageError(f"--param {item!r}: {key} counts things, a whole number >= 1, got {val.strip()!r}")
         if value > MAX_DIM:
             raise UsageError(f"--param {item!r}: {value} is above torchsim's limit of {MAX_DIM} for one dimension")
+    if key in BOOL_PARAMS:
+        if value not in (True, False) or isinstance(value, float):  # True/False, or the ints 1/0
+            raise UsageError(f"--param {item!r}: {key} is a switch; valid: true, false, 1, 0")
+        value = bool(value)
     return key, value
 
 
@@ -114,6 +132,17 @@ def _kernel_call(args: argparse.Namespace) -> Any:
     except ValueError:
         valid = ", ".join(k.value for k in KernelKind)
         raise UsageError(f"unknown kernel kind {args.kind!r}; valid: {valid}") from None
+    if kind is KernelKind.COLLECTIVE:
+        raise UsageError("sweep kernel collective: a collective has no tile-graph template to sweep; price it with "
+                         "`torchsim collective` (its links are a system's, e.g. --system dgx-h100)")
+    if args.quant and args.quant != "none" and kind not in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
+        raise UsageError(f"--quant applies to gemm and grouped_gemm kernels, not {kind.value}")
+    if kind is not KernelKind.GEMM:
+        given = [f"--{o}" for o in GEMM_ONLY if getattr(args, o) not in (None, "")]
+        if given:
+            raise UsageError(f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} of `sweep "
+                             f"kernel gemm`; {kind.value} takes its parameters as --param KEY=VALUE "
+                             f"({KIND_PARAMS.get(kind.value, 'see torchsim.lowering.kernel_call.KernelKind')})")
     params: dict[str, Any] = {}
     if kind is KernelKind.GEMM:
         for dim in ("m", "n", "k"):
@@ -121,18 +150,26 @@ def _kernel_call(args: argparse.Namespace) -> Any:
             if v is None or v <= 0:
                 raise UsageError(f"sweep kernel gemm needs --{dim} > 0, got {v}")
             params[dim] = v
-        tiles = -(-args.m // 128) * -(-args.n // 128) * args.batch
+        batch = args.batch or 1
+        tiles = -(-args.m // 128) * -(-args.n // 128) * batch
         if tiles > MAX_GEMM_TILES:  # the size estimate builds each kernel's tile graph: refuse before that
-            raise UsageError(f"a {args.batch}x{args.m}x{args.n}x{args.k} GEMM has {tiles:,} 128x128 output tiles, "
+            raise UsageError(f"a {batch}x{args.m}x{args.n}x{args.k} GEMM has {tiles:,} 128x128 output tiles, "
                              f"above the {MAX_GEMM_TILES:,} a sweep builds (building its tile graph alone would take "
                              f"minutes per point); sweep a smaller GEMM")
         params["epilogue"] = args.epilogue or "none"
-        if args.batch != 1:
-            params["batch"] = args.batch
+        if batch != 1:
+            params["batch"] = batch
         if args.variant:
             params["variant"] = args.variant
+    given_params: dict[str, str] = {}
     for item in args.param:
         key, value = _param(item)
+        if key in given_params:
+            raise UsageError(f"--param {given_params[key]!r} and --param {item!r} both set {key}; give it once")
+        if kind is KernelKind.GEMM and key in GEMM_ONLY:
+            raise UsageError(f"--param {item!r}: {key} is the --{key} option of `sweep kernel gemm`; give it once, as "
+                             f"--{key}")
+        given_params[key] = item
         params[key] = value
     if kind is KernelKind.ELEMENTWISE and "op" in params:  # as `kernel elementwise --op`: a typo is not priced as add
         from torchsim.lowering.templates.elementwise import OP_COST, known_op
@@ -215,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
         if args.kind:
             raise UsageError(f"unexpected {args.kind!r} after the model name {args.target!r}")
         opts = {k: d if getattr(args, k) is None else getattr(args, k) for k, d in MODEL_ONLY.items()}
-        work = model_workload(args.target, batch=args.batch, quant=args.quant, base=base, **opts)
+        work = model_workload(args.target, batch=args.batch or 1, quant=args.quant, base=base, **opts)
     try:
         rows = run_sweep(base, knobs, work, executor=args.executor, jobs=args.jobs, ray_address=args.ray_address,
                          yes=args.yes, progress=not args.no_progress and sys.stderr.isatty(),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import unicodedata
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,13 @@ _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15
 
 class WhatIfError(ValueError):
     """A what-if override is wrong; the message names the field and the file (or sweep point)."""
+
+
+class WhatIfFileNotFoundError(WhatIfError, FileNotFoundError):
+    """The what-if file named is not there (or not a regular file): a WhatIfError, and a FileNotFoundError for
+    callers that catch that."""
+
+    __str__ = BaseException.__str__  # the message as written, not OSError's "[Errno ...]" form
 
 
 def override_fields(base: Any) -> dict[str, Quantity]:
@@ -275,7 +283,9 @@ def load_whatif(path: str | Path, builtin: Callable[[str], Any]) -> Any:
     """
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"what-if hardware file {str(path)!r} does not exist")
+        what = "is not a regular file" if p.exists() else "does not exist"
+        raise WhatIfFileNotFoundError(f"what-if hardware file {str(path)!r} {what}; give a TOML file with "
+                                      "`base = \"<profile>\"` and the fields it overrides")
     try:
         doc = tomllib.loads(p.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -299,6 +309,25 @@ def load_whatif(path: str | Path, builtin: Callable[[str], Any]) -> Any:
         raise WhatIfError(f"{p}: `provenance` must be a table of [provenance.<field>] tables")
     if not overrides:
         raise WhatIfError(f"{p}: overrides no field of {base_name!r}; add e.g. dram_bytes_per_s = \"4.7e12 B/s\"")
-    name = doc.get("name") or f"{base.name}+{p.stem}"
+    name = _check_name(doc["name"], p, builtin) if "name" in doc else f"{base.name}+{p.stem}"
     return derive_profile(base, overrides, where=str(p), name=str(name), description=doc.get("description"),
                           bare_numbers=False, provenance=provenance)
+
+
+def _check_name(name: Any, p: Path, builtin: Callable[[str], Any]) -> str:
+    """A what-if's `name`: a non-empty string without control characters that is no built-in profile's name (the
+    columns of `torchsim compare` and the `hw show` header would show two parts as one)."""
+    if not isinstance(name, str):
+        raise WhatIfError(f"{p}: name must be a string (e.g. name = \"h100-fast-hbm\"), got {type(name).__name__} "
+                          f"{name!r:.60}")
+    if not name.strip():
+        raise WhatIfError(f"{p}: name is empty; give a name (e.g. name = \"h100-fast-hbm\") or leave it out "
+                          f"(default: the base's name + the file's stem, {p.stem!r})")
+    if any(unicodedata.category(ch) == "Cc" for ch in name):  # a newline or an escape breaks `hw show`'s header
+        raise WhatIfError(f"{p}: name {name!r:.60} has control characters; valid: printable characters on one line")
+    try:
+        builtin(name)
+    except (KeyError, ValueError):
+        return name
+    raise WhatIfError(f"{p}: name {name!r} is a built-in profile's name; a what-if needs its own (e.g. "
+                      f"\"{name}-whatif\") so results and comparisons tell the two apart")

@@ -8,6 +8,7 @@ the last layer of each group and comparing their op signatures.
 
 from __future__ import annotations
 
+import operator
 import re
 import time
 from collections import OrderedDict
@@ -29,6 +30,11 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
 class CaptureError(RuntimeError):
     """torch.export failed on a segment; the message names the segment and its module class."""
+
+
+class UnsupportedFamilyError(ValueError):
+    """A family built from an HF config.json (models.hf_family) that torchsim cannot capture: the message names
+    the file, its model_type and the capture's failure (a limitation for that input, not a crash)."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,10 @@ def capture_module(module: nn.Module, args: tuple[Any, ...], *, name: str = "") 
         _reraise_interrupt(exc)
         raise CaptureError(f"torch.export of {label} ({type(module).__qualname__}) failed: "
                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
-    return _to_opgraph(ep, label, _windows(module))
+    try:
+        return _to_opgraph(ep, label, _windows(module))
+    except ValueError as exc:  # an op graph torch.export gave that torchsim cannot read (a new higher-order op)
+        raise CaptureError(f"converting the export of {label} ({type(module).__qualname__}): {exc}") from exc
 
 
 def _reraise_interrupt(exc: BaseException) -> None:
@@ -123,37 +132,82 @@ def _window_of(windows: dict[str, int | None], path: str) -> int | None:
     return None
 
 
+# torch.export wraps a region that changes the grad mode (`with torch.no_grad():` inside a forward, as PhiMoE's
+# router does) or autocast in a higher-order op whose body is a submodule (a get_attr node); its ops run as if
+# inline, so capture inlines the body: its placeholders are the operands, and the HOP's getitem outputs are the
+# body's outputs.
+_WRAP_HOPS = frozenset({"wrap_with_set_grad_enabled", "wrap_with_autocast"})
+
+
+def _wrap_body(n: Any, gm: Any) -> tuple[Any, list[Any]] | None:
+    """(body graph module, operand nodes) of a grad-mode / autocast wrapper HOP node, or None."""
+    target = n.target
+    name = target.name() if callable(getattr(target, "name", None)) else getattr(target, "__name__", "")
+    if n.op != "call_function" or name not in _WRAP_HOPS:
+        return None
+    for i, a in enumerate(n.args):
+        if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+            return getattr(gm, str(a.target)), list(n.args[i + 1:])
+    return None
+
+
 def _to_opgraph(ep: Any, label: str, windows: dict[str, int | None] | None = None) -> OpGraph:
     sig = ep.graph_signature
     params = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
     nodes: list[OpNode] = []
     inputs: list[str] = []
-    outputs: tuple[str, ...] = ()
-    for n in ep.graph.nodes:
-        if n.op == "placeholder":
-            if n.name not in params:
-                inputs.append(n.name)
-            continue
-        if n.op == "output":
-            outputs = tuple(a.name for a in _flat(n.args) if isinstance(a, torch.fx.Node))
-            continue
-        if n.op != "call_function" or n.target in _SKIP:
-            continue
-        tensor_args = [a for a in _flat((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)]
-        scalars: tuple[tuple[Any, Any], ...] = tuple((i, _freeze(a)) for i, a in enumerate(n.args) if not _has_node(a))
-        scalars += tuple((k, _freeze(v)) for k, v in sorted(n.kwargs.items()) if not _has_node(v))
-        val = n.meta.get("val")
-        outs = tuple(spec_of(v) for v in (val if isinstance(val, (tuple, list)) else (val,))
-                     if isinstance(v, torch.Tensor))
-        stack = list(n.meta.get("nn_module_stack", {}).values())
-        path, mtype = (stack[-1][0], stack[-1][1]) if stack else ("", "")
-        source, code = _source_of(n.meta.get("stack_trace") or "")
-        if windows and n.target is _SDPA and (w := _window_of(windows, _clean_path(path))) is not None:
-            scalars += ((WINDOW_KEY, w),)
-        nodes.append(OpNode(
-            name=n.name, target=n.target, inputs=tuple(params.get(a.name, a.name) for a in tensor_args),
-            in_specs=tuple(spec_of(a.meta.get("val")) for a in tensor_args), out=outs, scalars=scalars,
-            module_path=_clean_path(path), module_type=str(mtype).rsplit(".", 1)[-1], source=source, code=code))
+
+    def convert(graph: Any, gm: Any, prefix: str, scope: dict[str, str]) -> tuple[str, ...]:
+        """Append the OpNodes of `graph` and return its output names. `scope` maps fx names of this graph to
+        OpGraph names (a body's placeholders: the operands; a wrapper's outputs: its body's); a body's own nodes
+        are named `prefix` + their fx name."""
+        def ref(a: Any) -> str:
+            return scope.get(a.name) or (prefix + a.name if prefix else params.get(a.name, a.name))
+
+        outs_of: tuple[str, ...] = ()
+        wraps: dict[str, tuple[str, ...]] = {}
+        for n in graph.nodes:
+            if n.op == "placeholder":
+                if not prefix and n.name not in params:
+                    inputs.append(n.name)
+                continue
+            if n.op == "output":
+                outs_of = tuple(ref(a) for a in _flat(n.args) if isinstance(a, torch.fx.Node))
+                continue
+            if n.op != "call_function" or n.target in _SKIP:
+                continue
+            body = _wrap_body(n, gm)
+            if body is not None:
+                sub, operands = body
+                holders = [b for b in sub.graph.nodes if b.op == "placeholder"]
+                inner = {h.name: ref(a) for h, a in zip(holders, operands) if isinstance(a, torch.fx.Node)}
+                wraps[n.name] = convert(sub.graph, sub, f"{prefix}{n.name}.", inner)
+                if len(wraps[n.name]) == 1:
+                    scope[n.name] = wraps[n.name][0]
+                continue
+            if n.target is operator.getitem and isinstance(n.args[0], torch.fx.Node) and n.args[0].name in wraps:
+                scope[n.name] = wraps[n.args[0].name][n.args[1]]
+                continue
+            tensor_args = [a for a in _flat((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)]
+            scalars: tuple[tuple[Any, Any], ...] = tuple((i, _freeze(a)) for i, a in enumerate(n.args)
+                                                         if not _has_node(a))
+            scalars += tuple((k, _freeze(v)) for k, v in sorted(n.kwargs.items()) if not _has_node(v))
+            val = n.meta.get("val")
+            outs = tuple(spec_of(v) for v in (val if isinstance(val, (tuple, list)) else (val,))
+                         if isinstance(v, torch.Tensor))
+            stack = list(n.meta.get("nn_module_stack", {}).values())
+            path, mtype = (stack[-1][0], stack[-1][1]) if stack else ("", "")
+            source, code = _source_of(n.meta.get("stack_trace") or "")
+            if windows and n.target is _SDPA and (w := _window_of(windows, _clean_path(path))) is not None:
+                scalars += ((WINDOW_KEY, w),)
+            nodes.append(OpNode(
+                name=prefix + n.name, target=n.target, inputs=tuple(ref(a) for a in tensor_args),
+                in_specs=tuple(spec_of(a.meta.get("val")) for a in tensor_args), out=outs, scalars=scalars,
+                module_path=_clean_path(path), module_type=str(mtype).rsplit(".", 1)[-1], source=source,
+                code=code))
+        return outs_of
+
+    outputs = convert(ep.graph, ep.graph_module, "", {})
     return OpGraph(nodes=tuple(nodes), inputs=tuple(inputs), outputs=outputs, params=frozenset(params.values()),
                    label=label)
 
@@ -250,7 +304,13 @@ def capture_model(model: Any, batch: int, q_len: int, past_len: int, *, reuse: b
     proofs: list[str] = []
     exports = 0
     for key, members in groups.items():
-        graph, proof, n = _capture_group(segs, members, key)
+        try:
+            graph, proof, n = _capture_group(segs, members, key)
+        except CaptureError as exc:
+            where = _hf_source(model)
+            if where:  # a family transformers builds: name the file, as for any other refusal of it
+                raise UnsupportedFamilyError(f"{where}: torchsim cannot capture this family yet: {exc}") from exc
+            raise
         exports += n
         first = segs[members[0]][0]
         for j in members:
@@ -261,6 +321,28 @@ def capture_model(model: Any, batch: int, q_len: int, past_len: int, *, reuse: b
                 for i, (path, _m, _a) in enumerate(segs))
     return ModelCapture(batch=batch, q_len=q_len, past_len=past_len, segments=out, proofs=tuple(proofs),
                         exports=exports, seconds=time.perf_counter() - t0)
+
+
+# the config.json each HF-built config was read from (models.registry.load_config_file notes it), for the message
+# of a capture that fails on it; kept here, below models, so the capture needs nothing from models
+_CONFIG_FILES: dict[tuple[str, str], str] = {}
+
+
+def note_config_file(cfg: Any, path: str) -> None:
+    """Record the file `cfg` (an HFDecoderConfig: `name`, `hf_json`) was read from."""
+    if len(_CONFIG_FILES) > 256:
+        _CONFIG_FILES.clear()
+    _CONFIG_FILES[(cfg.name, cfg.hf_json)] = path
+
+
+def _hf_source(model: Any) -> str:
+    """'model config file PATH (model_type T)' for a model built from an HF config.json (models.hf_family), else ""."""
+    cfg: Any = getattr(model, "config", None)
+    hf_json = getattr(cfg, "hf_json", None)
+    if not hf_json:
+        return ""
+    path = _CONFIG_FILES.get((getattr(cfg, "name", ""), hf_json), getattr(cfg, "name", "?"))
+    return f"model config file {path!r} (model_type {getattr(cfg, 'model_type', '')!r})"
 
 
 def _capture_group(segs: list[tuple[str, Any, tuple[Any, ...]]], members: list[int],
@@ -305,5 +387,6 @@ def _layer_of(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-__all__ = ["CaptureError", "ModelCapture", "OpGraph", "OpNode", "SegmentCapture", "TensorSpec", "capture_model",
+__all__ = ["CaptureError", "UnsupportedFamilyError",
+           "ModelCapture", "OpGraph", "OpNode", "SegmentCapture", "TensorSpec", "capture_model",
            "capture_module", "clear_memo", "structure_signature"]

@@ -214,12 +214,19 @@ def check_dtype_fields(data: dict[str, Any], name: str) -> None:
         if isinstance(value, str) and value.removeprefix("torch.") not in CONFIG_DTYPES:
             raise ValueError(f"model config {name!r}: field {key!r}: {value[:40]!r} is not a torch dtype "
                              f"transformers reads; valid: {', '.join(sorted(CONFIG_DTYPES))}")
+        if isinstance(value, str) and value.removeprefix("torch.") in NOT_CHECKPOINT_DTYPES:
+            raise ValueError(f"model config {name!r}: field {key!r}: {value!r} is not a checkpoint dtype (a decoder's "
+                             "weights are floating point; quantised int weights are described by "
+                             "quantization_config); valid: bfloat16, float16, float32, float8_e4m3fn, float8_e5m2, "
+                             "auto or null")
         if isinstance(value, str) and value.removeprefix("torch.") in ("float64", "double"):
             raise ValueError(f"model config {name!r}: field {key!r}: {value!r} weights are not simulated (torchsim "
                              "runs the model in --dtype bf16, fp16 or fp8 and has no float64 kernels); a checkpoint "
                              "served in those has torch_dtype bfloat16, float16 or float32")
 
 
+# integer and boolean torch dtypes: names torch has, but never a decoder checkpoint's storage dtype
+NOT_CHECKPOINT_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "bool"})
 # the dtype names a config's `torch_dtype` / `dtype` may hold: torch's floating and integer dtypes by name (the
 # attribute transformers looks up with getattr(torch, name)) and "auto"
 CONFIG_DTYPES = frozenset({

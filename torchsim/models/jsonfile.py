@@ -60,3 +60,11 @@ def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                              "of a model config or routing file are integers of a few digits)")
         data[key] = value
     return data
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """`value` quoted for a one-line message, cut to `limit` characters ("'xxx...' (100,000 characters)")."""
+    text = str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"

@@ -14,7 +14,7 @@ from typing import Any
 
 from torchsim import MissingExtraError
 from torchsim.models import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported: the registry's default name
-from torchsim.models.jsonfile import FieldError, loads_fields
+from torchsim.models.jsonfile import FieldError, loads_fields, shown
 from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
 
 _MODELS: dict[str, Callable[[], Any]] = {}
@@ -92,12 +92,16 @@ def get_config(name_or_path: str | Path, *, approximate: bool = False) -> Any:
     if text.lower() in _MODELS:
         return _MODELS[text.lower()]()
     path = Path(text)
-    if path.suffix == ".json" or path.is_file() or path.is_dir():
+    try:
+        is_path = path.suffix == ".json" or path.is_file() or path.is_dir()
+    except OSError:  # a name too long for a path: not a file, so a model name (unknown, below)
+        is_path = False
+    if is_path:
         return load_config_file(path, approximate=approximate)
     _load_plugins()
     if text.lower() in _MODELS:
         return _MODELS[text.lower()]()
-    raise KeyError(f"unknown model {text!r}; known: {', '.join(model_names())} (or a path to an HF config.json)")
+    raise KeyError(f"unknown model {shown(text)}; known: {', '.join(model_names())} (or a path to an HF config.json)")
 
 
 def load_config_file(path: str | Path, *, approximate: bool = False) -> Any:
@@ -131,12 +135,16 @@ def load_config_file(path: str | Path, *, approximate: bool = False) -> Any:
         if model_type in _FAMILIES:
             return _FAMILIES[model_type](data, name, approximate=approximate)
         if _OTHER:  # any other causal LM: built by transformers itself (models.hf_family, the hf extra)
-            return _OTHER[0](data, name, approximate=approximate)
-        raise ValueError(f"model_type {model_type!r} has no family")
+            cfg = _OTHER[0](data, name, approximate=approximate)
+            from torchsim.lowering.capture import note_config_file
+
+            note_config_file(cfg, str(p))
+            return cfg
+        raise ValueError(f"model_type {shown(model_type)} has no family")
     except ImportError as exc:
-        raise MissingExtraError(f"model config file {str(p)!r} has model_type {model_type!r}: torchsim's own families "
-                          f"are {', '.join(sorted(_FAMILIES))}; any other is built by HF transformers ({exc})") \
-            from None
+        raise MissingExtraError(f"model config file {str(p)!r} has model_type {shown(model_type)}: torchsim's own "
+                                f"families are {', '.join(sorted(_FAMILIES))}; any other is built by HF transformers "
+                                f"({exc})") from None
     except ValueError as exc:
         raise ValueError(f"model config file {str(p)!r}: {exc}; torchsim's own families are "
                          f"{', '.join(sorted(_FAMILIES))}, any other model_type is built by HF transformers"

@@ -24,6 +24,10 @@ PATTERN_NAMES = tuple(p.value for p in RoutingPattern)
 _DEFAULT_PARAM = {RoutingPattern.SKEWED: 0.5, RoutingPattern.ZIPF: 1.2, RoutingPattern.DIRICHLET: 0.5}
 
 
+# the patterns drawn from a seeded generator (the others are computed: a seed changes nothing)
+SAMPLED = (RoutingPattern.ZIPF, RoutingPattern.DIRICHLET)
+
+
 def parse_pattern(spec: str) -> tuple[RoutingPattern, float | None]:
     """'skewed', 'skewed:0.7', 'zipf:1.5', 'dirichlet:0.3' -> (pattern, parameter or None)."""
     name, _, arg = spec.partition(":")
@@ -82,7 +86,7 @@ def synthetic_routing(spec: str | RoutingPattern, *, num_layers: int, num_expert
             alpha = _positive(value, "dirichlet alpha")
             rows.append(sample_top_k(rng.dirichlet(np.full(num_experts, alpha)), tokens, top_k, rng))
     label = pattern.value if value is None or pattern is RoutingPattern.BALANCED else f"{pattern.value}:{value:g}"
-    seeded = f", seed={seed}" if pattern in (RoutingPattern.ZIPF, RoutingPattern.DIRICHLET) else ""
+    seeded = f", seed={seed}" if pattern in SAMPLED else ""
     return RoutingCounts(tuple(rows), num_experts, top_k, tokens, f"synthetic:{label}{seeded}")
 
 

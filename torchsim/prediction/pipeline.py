@@ -88,6 +88,13 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     True
     """
     t0 = time.perf_counter()
+    _check_arguments(model, hw, strings={"dtype": dtype, "kv_cache": kv_cache, "weights": weights, "launch": launch,
+                                         "fallback": fallback, "system": system, "quant": quant},
+                     flags={"cache": cache, "progress": progress, "tune": tune, "exact": exact, "sp": sp,
+                            "allow_oversubscribe": allow_oversubscribe}, routing=routing, workers=workers)
+    if sp and tp <= 1:
+        raise ValueError(f"sp=True splits the sequence around the norms over the tp ranks; tp is {tp!r}: give tp > 1 "
+                         "(or sp=False)")
     if exact:
         from torchsim.prediction.kernel_sim import EXACT
 
@@ -136,6 +143,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         raise ValueError(f"dtype='fp8' is an FP8 checkpoint and quant={quant!r} another format; give one of them "
                          "(quant='fp8' is the same as dtype='fp8')")
     _check_fp8(dtype, prof)
+    _check_tensix_fp8(dtype, kv_cache, prof)
     lms = {ph: LaunchModel.for_mode(launch, prof, ph) for ph in ("prefill", "decode")}
     samples = _sample_steps(decode_steps, decode_samples)
     scenarios: list[tuple[str, int | None, int, int]] = [("prefill", None, prompt_len, 0)]
@@ -281,12 +289,25 @@ def _check_fp8(dtype: str, prof: Any) -> None:
                          f"dtype bf16, or quant w8a16 for 8-bit weights")
 
 
+def _check_tensix_fp8(dtype: str, kv_cache: str | None, prof: Any) -> None:
+    """FP8 on a Tenstorrent chip is refused before the capture: its unpacker/packer have no FP8 data format."""
+    if getattr(getattr(prof, "arch", None), "name", "") != "TENSIX":
+        return
+    for name, flag, value in (("dtype", "--dtype", dtype), ("kv_cache", "--kv-cache", kv_cache)):
+        if value is not None and value.strip().lower() in ("fp8", "fp8_e4m3", "e4m3", "fp8_e5m2", "e5m2"):
+            raise ValueError(f"{name}={value!r} ({flag}): {prof.name} has no FP8 data format (Tensix takes bf16, "
+                             f"fp16, bfp8_b, bfp4_b); give {name} bf16, and for tt_transformers' block-float weights "
+                             f"weights='performance' or 'accuracy' (--weights)")
+
+
 def step_entry(model: Any, hw: Any, *, rows: int, q: int, past: int, dtype: str = "bf16",
                kv_cache: str | None = None, quant: str | None = None, tp: int = 1, system: str | None = None,
                preset: str = "serving", cache: bool = True) -> tuple[PlanEntry, Any, str]:
     """The plan of one forward step of `rows` sequences of `q` new tokens after `past` cached ones (torchsim.serving
     rewrites it into each engine iteration), with the model's facts and weight bytes per GPU, the device profile and
     the system: (entry, profile, system). From the plan cache when an earlier run captured the same step (no torch)."""
+    _check_arguments(model, hw, strings={"dtype": dtype, "kv_cache": kv_cache, "quant": quant, "system": system},
+                     flags={"cache": cache})
     for name, value in (("rows", rows), ("q", q), ("tp", tp)):
         _require_int(name, value, minimum=1)
     _require_int("past", past, minimum=0)
@@ -450,6 +471,49 @@ def _require_int(name: str, value: Any, *, minimum: int) -> None:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
+def _check_arguments(model: Any, hw: Any, *, strings: dict[str, Any], flags: dict[str, Any], routing: Any = None,
+                     workers: Any = None) -> None:
+    """The types of predict()'s (and step_entry()'s) arguments, before any work: a wrong one is a ValueError naming
+    the argument and what is valid, not an AttributeError from deep inside the pipeline."""
+    import dataclasses
+    import sys
+
+    torch = sys.modules.get("torch")  # an nn.Module exists only once torch is imported
+    module = torch is not None and isinstance(model, torch.nn.Module)
+    if isinstance(model, bool) or not (isinstance(model, (str, Path)) or module or (
+            dataclasses.is_dataclass(model) and not isinstance(model, type))):
+        hint = " (a config.json's fields: write them to a file and pass its path)" if isinstance(model, dict) else ""
+        raise ValueError(f"model must be a model name (e.g. 'llama3-8b'), a config.json path or directory, a "
+                         f"torchsim config (LlamaConfig, MixtralConfig, HFDecoderConfig) or a torch nn.Module; got "
+                         f"{type(model).__name__} {model!r:.60}{hint}")
+    from torchsim.hwmodels.tensix.profiles import TensixProfile
+
+    if not isinstance(hw, (str, GpuProfile, TensixProfile)):
+        raise ValueError(f"hw must be a hardware profile name (e.g. 'h100-sxm'), a system name, a what-if .toml path "
+                         f"(a str) or a GpuProfile/TensixProfile; got {type(hw).__name__} {hw!r:.60}")
+    for name, value in strings.items():
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a str or None; got {type(value).__name__} {value!r:.60}")
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False; got {type(value).__name__} {value!r:.60}")
+    if workers is not None:
+        _require_int("workers", workers, minimum=1)
+    system = strings.get("system")
+    if system is not None and not system.strip().lower().endswith(".toml"):
+        from torchsim.hwmodels.systems import is_system, system_names
+
+        if not is_system(system):
+            raise ValueError(f"system {system!r} is not a multi-device system; valid: {', '.join(system_names())} "
+                             "or a what-if .toml based on one (a single GPU such as 'h100-sxm' is hw=)")
+    if routing is not None and not isinstance(routing, (str, Path)):
+        from torchsim.models.routing_counts import RoutingCounts
+
+        if not isinstance(routing, RoutingCounts):
+            raise ValueError(f"routing must be None, a pattern name (e.g. 'balanced'), a .json/.parquet routing "
+                             f"file or a RoutingCounts; got {type(routing).__name__} {routing!r:.60}")
+
+
 def _has_experts(cfg: Any) -> bool:
     """Whether a config has MoE layers (torchsim's Mixtral config, or an HF config's own expert count field)."""
     import json
@@ -524,7 +588,7 @@ def _devices(hw: Any, ranks: int) -> tuple[Any, str]:
         system = get_system(hw.strip()) if what_if else builtin_system(hw)
         if ranks > system.devices:
             what = "GPUs" if isinstance(system.device, GpuProfile) else "chips"
-            raise ValueError(f"tp x pp = {ranks} {what}; {system.name} has {system.devices}")
+            raise ValueError(f"{ranks} {what} (max(tp, ep) x pp); {system.name} has {system.devices}")
         return system.device, str(Path(hw.strip()).resolve()) if what_if else system.name
     prof = _profile(hw)
     if ranks == 1:
@@ -533,9 +597,9 @@ def _devices(hw: Any, ranks: int) -> tuple[Any, str]:
     try:
         system = system_for(prof.name.split("+")[0], ranks)  # a non-default issue policy renames it NAME+POLICY
     except KeyError as exc:
-        raise ValueError(f"tp x pp = {ranks} {what}: {exc.args[0]}") from None
+        raise ValueError(f"{ranks} {what} (max(tp, ep) x pp): {exc.args[0]}") from None
     if ranks > system.devices:
-        raise ValueError(f"tp x pp = {ranks} {what}; {system.name} ({prof.name}) has {system.devices}")
+        raise ValueError(f"{ranks} {what} (max(tp, ep) x pp); {system.name} ({prof.name}) has {system.devices}")
     return prof, system.name
 
 

@@ -16,29 +16,57 @@ from typing import Any
 __all__ = ["sweep"]
 
 
-def sweep(target: Any = "llama3-8b", hw: Any = "h100-sxm", *, vary: Sequence[str], phase: str = "decode",
-          kv: int = 4096, prompt: int = 2048, batch: int = 1, preset: str = "serving", executor: str = "local",
-          jobs: int = 0, ray_address: str | None = None, yes: bool = False,
+def sweep(target: Any = "llama3-8b", hw: Any = "h100-sxm", *, vary: str | Sequence[str], phase: str = "decode",
+          kv: int | None = None, prompt: int | None = None, batch: int = 1, preset: str = "serving",
+          executor: str = "local", jobs: int = 0, ray_address: str | None = None, yes: bool = False,
           progress: bool = False) -> list[dict[str, Any]]:
-    """One row per point of the cartesian product of `vary` knobs (``"FIELD=A:B:N"`` or ``"FIELD=V1,V2"``).
+    """One row per point of the cartesian product of `vary` knobs (``"FIELD=A:B:N"`` or ``"FIELD=V1,V2"``; one
+    string is one knob).
 
-    `target` is a model name (one `phase` step of it is swept) or a KernelCall (that kernel alone); `hw` a
-    profile name, a what-if TOML path or a profile.
+    `target` is a model name (one `phase` step of it is swept: decode after `kv` tokens, default 4096, or a prefill
+    of `prompt` tokens, default 2048) or a KernelCall (that kernel alone); `hw` a profile name, a what-if TOML
+    path or a profile. `jobs` worker processes (0: one per core).
 
     >>> from torchsim.lowering.kernel_call import KernelCall, KernelKind
     >>> rows = sweep(KernelCall.make(KernelKind.GEMM, m=64, n=256, k=256), vary=["sm_count=66,132"], jobs=1)
     >>> [r["sm_count"] for r in rows]
     [66.0, 132.0]
     """
-    from torchsim.hwmodels import get_profile
-    from torchsim.lowering.kernel_call import KernelCall
-    from torchsim.sweeps.space import kernel_workload, model_workload, parse_vary, run_sweep
+    import os
 
-    base = get_profile(hw) if isinstance(hw, str) else hw
+    from torchsim.hwmodels import get_profile
+    from torchsim.hwmodels.gpu import GpuProfile
+    from torchsim.hwmodels.tensix.profiles import TensixProfile
+    from torchsim.lowering.kernel_call import KernelCall
+    from torchsim.sweeps.space import SweepError, check_run, kernel_workload, model_workload, parse_vary, run_sweep
+
+    if isinstance(vary, str):
+        vary = [vary]  # one knob, not its characters
+    if not isinstance(vary, Sequence) or not vary:
+        raise SweepError(f"vary must be a FIELD=START:STOP:COUNT or FIELD=V1,V2,... string, or a list of them; got "
+                         f"{type(vary).__name__} {vary!r:.60}")
+    check_run(executor, jobs)
+    for flag, on in (("yes", yes), ("progress", progress)):
+        if not isinstance(on, bool):
+            raise SweepError(f"{flag} must be True or False, got {type(on).__name__} {on!r:.60}")
+    if isinstance(hw, (str, os.PathLike)):
+        base = get_profile(os.fspath(hw))
+    elif isinstance(hw, (GpuProfile, TensixProfile)):
+        base = hw
+    else:
+        raise SweepError(f"hw must be a profile name (e.g. 'h100-sxm'), a what-if .toml path or a "
+                         f"GpuProfile/TensixProfile; got {type(hw).__name__} {hw!r:.60}")
     knobs = [parse_vary(v, base) for v in vary]
     if isinstance(target, KernelCall):
+        for name, value in (("kv", kv), ("prompt", prompt)):
+            if value is not None:
+                raise SweepError(f"{name}={value!r} sets a model step's length; a kernel sweep ({target.kind.value}) "
+                                 "takes the call's own parameters")
         work = kernel_workload(target)
     else:
-        work = model_workload(str(target), phase=phase, batch=batch, kv=kv, prompt=prompt, preset=preset)
+        if not isinstance(target, str):
+            raise SweepError(f"target must be a model name (e.g. 'llama3-8b') or a KernelCall, got "
+                             f"{type(target).__name__} {target!r:.60}")
+        work = model_workload(target, phase=phase, batch=batch, kv=kv, prompt=prompt, preset=preset)
     return run_sweep(base, knobs, work, executor=executor, jobs=jobs, ray_address=ray_address, yes=yes,
                      progress=progress)

@@ -24,6 +24,10 @@ class ExecutorError(RuntimeError):
     """The executor could not run the sweep (Ray missing, cluster unreachable); the message says what to do."""
 
 
+class UnknownExecutorError(ExecutorError, ValueError):
+    """An executor name that is neither `local` nor `ray`: bad input (a ValueError), not a failure to run."""
+
+
 def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -46,7 +50,7 @@ def run_jobs(jobs: Sequence[tuple[Any, Any]], *, executor: str = "local", worker
              max_events: int = DEFAULT_MAX_SIM_EVENTS) -> list[Launches]:
     """The launches of each of `jobs`, in order. `local` forks `workers` processes (none for one worker or one job)."""
     if executor not in EXECUTORS:
-        raise ExecutorError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+        raise UnknownExecutorError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
     if executor == "ray":
         return _run_ray(jobs, workers, ray_address, progress, max_events)
     if ray_address:

@@ -50,6 +50,9 @@ def parse_vary(text: str, base: Any) -> Knob:
     >>> parse_vary("sm_count=66,132", get_profile("h100-sxm")).values
     (66.0, 132.0)
     """
+    if not isinstance(text, str):
+        raise SweepError(f"a --vary knob is a string FIELD=START:STOP:COUNT or FIELD=V1,V2,..., got "
+                         f"{type(text).__name__} {text!r:.60}")
     name, sep, spec = text.partition("=")
     name, spec = name.strip(), spec.strip()
     fields = override_fields(base)
@@ -115,9 +118,13 @@ class Workload:
         return bool(self.phase)
 
 
-def model_workload(model: str, *, phase: str, batch: int = 1, kv: int = 4096, prompt: int = 2048,
+DEFAULT_KV, DEFAULT_PROMPT = 4096, 2048
+
+
+def model_workload(model: str, *, phase: str, batch: int = 1, kv: int | None = None, prompt: int | None = None,
                    preset: str = "serving", quant: str | None = None, base: Any = None) -> Workload:
-    """Capture and plan one step of `model` once: decode attends over kv + 1 tokens (as predict's first step).
+    """Capture and plan one step of `model` once: decode attends over kv + 1 tokens (as predict's first step;
+    `kv` default 4096), prefill runs `prompt` tokens (default 2048); the other phase's length is an error.
     `quant`: the decoder-layer GEMMs in a quantised format (as predict's; default the config's
     quantization_config), checked against the `base` profile."""
     from torchsim.lowering.plan import plan_model
@@ -125,10 +132,27 @@ def model_workload(model: str, *, phase: str, batch: int = 1, kv: int = 4096, pr
 
     if phase not in ("decode", "prefill"):
         raise SweepError(f"--phase {phase!r}: valid: decode, prefill")
+    if phase == "prefill" and kv is not None:
+        raise SweepError(f"--kv {kv!r} sets the KV length before a decode step; --phase prefill sweeps a prompt of "
+                         "--prompt tokens: give --prompt, or --phase decode")
+    if phase == "decode" and prompt is not None:
+        raise SweepError(f"--prompt {prompt!r} sets the prefill's prompt length; --phase decode (the default) sweeps "
+                         "one decode step after --kv tokens: give --kv, or --phase prefill")
+    kv = DEFAULT_KV if kv is None else kv
+    prompt = DEFAULT_PROMPT if prompt is None else prompt
     for name, v in (("batch", batch), ("kv", kv), ("prompt", prompt)):
-        if not isinstance(v, int) or v < 1:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise SweepError(f"--{name} must be a positive integer, got {v!r}")
+    if not isinstance(model, str) or not model.strip():
+        raise SweepError(f"a sweep's target is a model name (e.g. 'llama3-8b') or a KernelCall, got "
+                         f"{type(model).__name__} {model!r:.60}")
     cfg = get_config(model)
+    context = _context(cfg)
+    tokens, what = (kv + 1, f"--kv {kv} + the decode token") if phase == "decode" else (prompt, f"--prompt {prompt}")
+    if context and tokens > context:
+        raise SweepError(f"{what} = {tokens} tokens exceeds {getattr(cfg, 'name', model)}'s context of {context} "
+                         f"tokens; give {'--kv' if phase == 'decode' else '--prompt'} at most "
+                         f"{context - 1 if phase == 'decode' else context}")
     module = build_model(cfg)
     q, past = (1, kv) if phase == "decode" else (prompt, 0)
     plan = plan_model(module, batch=batch, q_len=q, past_len=past, preset=preset)
@@ -150,7 +174,23 @@ def model_workload(model: str, *, phase: str, batch: int = 1, kv: int = 4096, pr
                     kv + 1 if phase == "decode" else prompt, launch, preset, attrs)
 
 
+def _context(cfg: Any) -> int:
+    """The model's context length (as predict reads it), 0 when the config names none."""
+    for attr in ("max_context", "max_position_embeddings", "max_seq_len"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 0
+
+
 def kernel_workload(call: KernelCall) -> Workload:
+    from torchsim.lowering.kernel_call import KernelKind
+
+    if not isinstance(call, KernelCall):
+        raise SweepError(f"a kernel sweep takes a KernelCall, got {type(call).__name__} {call!r:.60}")
+    if call.kind is KernelKind.COLLECTIVE:
+        raise SweepError("sweep kernel collective: a collective has no tile-graph template to sweep; price it with "
+                         "`torchsim collective` (its links are a system's, e.g. --system dgx-h100)")
     return Workload(call.kind.value, (call,), attrs={"shapes": ",".join(f"{k}={v}" for k, v in call.params)})
 
 
@@ -219,7 +259,9 @@ def estimate_s(base: Any, knobs: Sequence[Knob], work: Workload, workers: int,
     for c in distinct.values():
         try:
             ev = graph_events(build_kernel(c, base))
-        except NotImplementedError:
+        except NotImplementedError as exc:
+            if not work.is_model:  # the one kernel asked for has no template here: nothing to sweep
+                raise SweepError(f"sweep kernel {c.kind.value} on {base.name}: {exc}") from None
             ev = 0  # no template: the roofline prices it, no simulation
         except ValueError as exc:
             if not work.is_model:  # the one kernel asked for cannot be built here: say so, as `torchsim kernel` does
@@ -283,6 +325,16 @@ def rows(plan: Plan, work: Workload, sims: Sequence[Sequence[KernelSim]]) -> lis
     return out
 
 
+def check_run(executor: Any, jobs: Any) -> None:
+    """The executor's name and the worker count, before any work."""
+    from torchsim.sweeps.execute import EXECUTORS
+
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise SweepError(f"jobs must be a whole number >= 1, or 0 for one worker per core; got {jobs!r}")
+    if executor not in EXECUTORS:
+        raise SweepError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
+
+
 def run_sweep(base: Any, knobs: Sequence[Knob], work: Workload, *, executor: str = "local", jobs: int = 0,
               ray_address: str | None = None, yes: bool = False, progress: bool = False,
               max_events: int = DEFAULT_MAX_SIM_EVENTS, log: Any = None) -> list[dict[str, Any]]:
@@ -298,6 +350,7 @@ def run_sweep(base: Any, knobs: Sequence[Knob], work: Workload, *, executor: str
     """
     from torchsim.sweeps.execute import default_jobs, run_jobs
 
+    check_run(executor, jobs)
     workers = jobs or default_jobs()
     if not knobs:
         raise SweepError("a sweep needs at least one --vary FIELD=...")

@@ -15,6 +15,9 @@ from torchsim.lowering.templates.attention import attention
 from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant, default_config
 from torchsim.lowering.templates.varlen import check_kv_lens, check_seqs
 
+# variants whose --stages (K/V buffers in shared memory) changes the kernel; fa2's loop does not read it
+STAGED = (AttnVariant.FA3, AttnVariant.FA4, AttnVariant.TRITON)
+
 
 def add_shape(p: argparse.ArgumentParser, seq_q_default: int | None = None, varlen: str = "") -> None:
     """The shape options; with `varlen` (the option that lists per-sequence lengths) --batch is not required."""
@@ -33,6 +36,10 @@ def shape_from(args: argparse.Namespace, causal: bool = False) -> AttnShape:
         positive(name.replace("_", "-"), getattr(args, name))
     heads_kv = positive("heads-kv", args.heads_kv) if args.heads_kv is not None else args.heads_q
     dv = positive("head-dim-v", args.head_dim_v) if args.head_dim_v is not None else 0
+    if causal and args.seq_q > args.seq_kv:
+        raise UsageError(f"--causal with --seq-q {args.seq_q} > --seq-kv {args.seq_kv}: the bottom-right aligned mask "
+                         f"would leave the first {args.seq_q - args.seq_kv} query rows no key; valid: --seq-q <= "
+                         f"--seq-kv (as --seqs q_len:kv_len requires)")
     return AttnShape(args.batch, args.heads_q, heads_kv, args.seq_q, args.seq_kv, args.head_dim, causal,
                      DType.parse(args.dtype), dv)
 
@@ -106,6 +113,16 @@ def _run(args: argparse.Namespace) -> int:
     shape = shape_from(args, args.causal)
     hw = get_profile(args.hw)
     cfg = default_config(shape, hw, AttnVariant.parse(args.variant) if args.variant else None)
+    if args.stages is not None and cfg.variant not in STAGED:
+        raise UsageError(f"--stages sets the K/V ring depth of {', '.join(v.value for v in STAGED)}; "
+                         f"the {cfg.variant.value} template loads each K/V block once per iteration and takes no "
+                         "--stages (drop it)")
+    if args.block_n is not None:
+        step = max(1, int(32 // shape.dtype.nbytes))
+        if args.block_n <= 0 or args.block_n % step:
+            raise UsageError(f"--block-n {args.block_n}: keys per K/V block must be a positive multiple of {step} "
+                             f"(the K of one {shape.dtype.name.lower()} MMA of P @ V, itself a multiple of the "
+                             f"MMA's N of 8); e.g. {step}, 64, 128")
     cfg = replace(cfg, bm=positive("block-m", args.block_m) if args.block_m is not None else cfg.bm,
                   bn=positive("block-n", args.block_n) if args.block_n is not None else cfg.bn,
                   stages=positive("stages", args.stages) if args.stages is not None else cfg.stages)

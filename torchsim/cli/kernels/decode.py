@@ -55,7 +55,8 @@ def _run_decode(args: argparse.Namespace) -> int:
     shape = shape_from(args, args.causal)
     splits = positive("splits", args.splits) if args.splits is not None else None
     kernels = flash_decode(shape, get_profile(args.hw), splits, args.page_size,
-                           AttnVariant.parse(args.variant) if args.variant else None, kv_lens=kv_lens)
+                           AttnVariant.parse(args.variant) if args.variant else None, kv_lens=kv_lens,
+                           exact_splits="--splits")
     _report_launches(kernels, args)
     return 0
 
@@ -65,7 +66,7 @@ def _run_mla(args: argparse.Namespace) -> int:
         positive(name.replace("_", "-"), getattr(args, name))
     splits = positive("splits", args.splits) if args.splits is not None else None
     kernels = flash_mla(args.batch, args.heads_q, args.seq_q, args.seq_kv, get_profile(args.hw), args.head_dim,
-                        args.head_dim_v, DType.parse(args.dtype), splits, args.page_size)
+                        args.head_dim_v, DType.parse(args.dtype), splits, args.page_size, exact_splits="--splits")
     _report_launches(kernels, args)
     return 0
 

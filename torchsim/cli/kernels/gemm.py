@@ -14,7 +14,14 @@ from torchsim.hwmodels.gpu import Arch
 from torchsim.hwmodels.tensix.formats import MathFidelity
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates.gemm import checked_config, gemm, gemm_attrs, gemm_io_bytes
-from torchsim.lowering.templates.gemm_config import Epilogue, GemmConfig, Pipeline, default_config, quant_format
+from torchsim.lowering.templates.gemm_config import (
+    Epilogue,
+    GemmConfig,
+    Pipeline,
+    default_config,
+    mma_k,
+    quant_format,
+)
 from torchsim.lowering.templates.tensix import build_tensix_kernel
 from torchsim.lowering.templates.tiling import work_units
 from torchsim.lowering.templates.tune import describe
@@ -71,6 +78,25 @@ def quant_of(args: argparse.Namespace, hw: Any) -> str:
     return str(name)
 
 
+# element types with no GPU tensor-core MMA: Tenstorrent block floats, int4 (dequantised: --quant w4a16), and
+# the accumulator/index integers
+NOT_GPU_MMA = (DType.BFP8_B, DType.BFP4_B, DType.INT4, DType.INT32, DType.INT64)
+
+
+def check_gpu_dtype(dtype: DType, hw: Any, flag: str = "--dtype") -> None:
+    """A GEMM dtype a GPU's tensor cores cannot take is a usage error naming the ones `hw` runs."""
+    if dtype in NOT_GPU_MMA or not hw.supports(dtype):
+        names = list(hw.tensor_formats())
+        if "tf32" in names:
+            names.insert(names.index("tf32") + 1, "fp32")
+        if "fp8" in names:
+            names.insert(names.index("fp8") + 1, "fp8_e5m2")
+        raise UsageError(f"{flag} {dtype.name.lower()} is not a tensor-core type of {hw.name}; valid: "
+                         f"{', '.join(names)}"
+                         + (" (Tenstorrent block floats run on wormhole-*/blackhole-* profiles)"
+                            if dtype in (DType.BFP8_B, DType.BFP4_B) else ""))
+
+
 def _run(args: argparse.Namespace) -> int:
     for d in ("m", "n", "k", "batch"):
         positive(d, getattr(args, d))
@@ -96,6 +122,8 @@ def _run(args: argparse.Namespace) -> int:
     if hw.arch is Arch.TENSIX:
         return _run_tensix(args, hw, dtype)
     given = [f"--{o.replace('_', '-')}" for o in (*TENSIX_ONLY, "program") if getattr(args, o) is not None]
+    if not given:
+        check_gpu_dtype(dtype, hw)
     if given:
         raise UsageError(f"{', '.join(given)} applies to Tenstorrent profiles; {hw.name} is a GPU "
                          "(use --tile/--stages/--variant there)")
@@ -117,6 +145,11 @@ def _run(args: argparse.Namespace) -> int:
             bm, bn, bk = (int(x) for x in args.tile.lower().split("x"))
         except ValueError:
             raise ValueError(f"--tile must look like 128x256x64, got {args.tile!r}") from None
+        step = mma_k(dtype)
+        if bk % step:
+            raise UsageError(f"--tile {args.tile}: BK={bk} is not a multiple of {step}, the K of one "
+                             f"{dtype.name.lower()} tensor-core MMA (32 bytes of K); valid BK: {step}, {2 * step}, "
+                             f"{4 * step}, ...")
         changes.update(bm=bm, bn=bn, bk=bk, split_k=1)
     if args.stages:
         changes["stages"] = positive("stages", args.stages)
@@ -194,10 +227,16 @@ def tune_table(res: Any) -> list[str]:
 
 def _run_tensix(args: argparse.Namespace, hw: Any, dtype: DType) -> int:
     """A Tensix matmul built by the Tensix templates from the same KernelCall lowering produces."""
-    for flag in ("variant", "tile", "stages", "tiles_per_cta", "tune"):
+    for flag in ("variant", "tile", "stages", "tiles_per_cta", "tune", "no_persistent"):
         if getattr(args, flag):
             raise UsageError(f"--{flag.replace('_', '-')} is a GPU GEMM option; {hw.name} takes --grid, --fidelity, "
                              "--in1-dtype, --out-dtype, --program")
+    if args.epilogue != "none":
+        raise UsageError(f"--epilogue {args.epilogue} is a GPU GEMM option (the Tensix matmul template has no fused "
+                         f"epilogue); {hw.name} takes --epilogue none")
+    if args.program == "dram-sharded" and args.grid is not None:
+        raise UsageError("--grid does not apply to --program dram-sharded, which runs one worker core per DRAM bank; "
+                         "drop --grid (or use --program mcast)")
     params: dict[str, Any] = {"m": args.m, "n": args.n, "k": args.k, "batch": args.batch,
                               "program": (args.program or "mcast").replace("-", "_")}
     for opt in TENSIX_ONLY:

@@ -11,7 +11,7 @@ from typing import Any
 
 from torchsim.cli import UsageError, add_quant_option, int_in
 from torchsim.cli.kernel import add_common, emit_outputs, positive, report, simulate_for
-from torchsim.cli.kernels.gemm import quant_of
+from torchsim.cli.kernels.gemm import check_gpu_dtype, quant_of
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
     p.add_argument("--variant", default=None, choices=[v.value for v in Pipeline],
                    help="pipeline organisation (default: the architecture's usual one)")
     p.add_argument("--epilogue", default="none", choices=[e.value for e in Epilogue])
-    p.add_argument("--seed", type=int_in(0, (1 << 63) - 1), default=0, help="seed of the random routing patterns")
+    p.add_argument("--seed", type=int_in(0, (1 << 63) - 1), default=None,
+                   help="seed of the sampled routing patterns, zipf and dirichlet (default 0)")
     add_quant_option(p, "the experts' weights in a quantised format (as `kernel gemm --quant`; the MMA dtype follows "
                      "the format)")
     add_common(p)
@@ -60,6 +61,20 @@ def parse_counts(text: str) -> tuple[int, ...]:
 def _run(args: argparse.Namespace) -> int:
     positive("n", args.n)
     positive("k", args.k)
+    if args.seed is not None:
+        from torchsim.models.routing_synthetic import SAMPLED, RoutingPattern, parse_pattern
+
+        pattern: RoutingPattern | None = None
+        if args.routing is not None:
+            try:
+                pattern = parse_pattern(args.routing)[0]
+            except ValueError as exc:
+                raise UsageError(f"--routing {args.routing!r}: {exc}") from None
+        if pattern not in SAMPLED:
+            given = f"--routing {pattern.value} is computed, not sampled" if pattern is not None else \
+                "--tokens-per-expert lists the counts"
+            raise UsageError(f"--seed seeds the sampled routing patterns ({', '.join(p.value for p in SAMPLED)}); "
+                             f"{given}, so --seed would change nothing (drop it)")
     if args.routing is not None:
         from torchsim.models.routing_synthetic import synthetic_routing
 
@@ -67,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         tokens = positive("tokens", args.tokens)
         experts = 8 if args.experts is None else args.experts
         counts = synthetic_routing(args.routing, num_layers=1, num_experts=experts, top_k=positive("top-k", top_k),
-                                   tokens=tokens, seed=args.seed).layer(0)
+                                   tokens=tokens, seed=args.seed or 0).layer(0)
     else:
         counts, tokens, top_k = parse_counts(args.tokens_per_expert), args.tokens, args.top_k
         if args.experts is not None:
@@ -86,6 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         from torchsim.lowering.quant import parse
 
         dtype = parse(quant).mma_dtype(dtype)
+    check_gpu_dtype(dtype, hw)
     cfg = grouped_config(counts, args.n, args.k, dtype, hw, Pipeline.parse(args.variant), quant) \
         if args.variant else None
     kg = grouped_gemm(counts, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), tokens=tokens,

@@ -53,6 +53,23 @@ MAX_NUMEL = 1 << 31
 MAX_TENSORS = 16  # --inputs/--outputs of one elementwise kernel (PyTorch's TensorIterator takes a few)
 
 
+# --dtype of each kernel on a GPU: the float types PyTorch/vLLM kernels compute in; a gather or an elementwise copy
+# also moves the byte-sized FP8 and integer types. Tenstorrent block floats, tf32 (a tensor-core math mode; its
+# tensors are fp32) and the packed 4-bit types are not element types of these kernels.
+FLOAT_DTYPES = (DType.FP32, DType.BF16, DType.FP16)
+DATA_DTYPES = (*FLOAT_DTYPES, DType.FP8_E4M3, DType.FP8_E5M2, DType.INT8, DType.INT32, DType.INT64)
+KIND_DTYPES: dict[str, tuple[DType, ...]] = {"elementwise": DATA_DTYPES, "embedding": DATA_DTYPES}
+
+
+def check_dtype(kind: str, dtype: DType, hw: Any, valid: tuple[DType, ...] | None = None) -> DType:
+    """`dtype` if kernel `kind` takes it, else a usage error naming the valid ones."""
+    ok: tuple[DType, ...] = valid or KIND_DTYPES.get(kind) or FLOAT_DTYPES
+    if dtype not in ok:
+        raise UsageError(f"--dtype {dtype.name.lower()} is not an element type of the {kind} kernel on {hw.name}; "
+                         f"valid: {', '.join(d.name.lower() for d in ok)}")
+    return dtype
+
+
 def register(sub: Any) -> None:
     for name, (text, options, build) in KINDS.items():
         p = sub.add_parser(name, help=text)
@@ -63,17 +80,31 @@ def register(sub: Any) -> None:
             p.add_argument("--op", default="add", help="add, mul, copy, silu, exp, gelu, ... (sets the math per "
                            "element)")
         add_common(p)
-        p.set_defaults(func=_runner(options, build))
+        p.set_defaults(func=_runner(name, options, build))
 
 
-def _runner(options: list[tuple[str, str]], build: Build) -> Callable[[argparse.Namespace], int]:
+def _runner(kind: str, options: list[tuple[str, str]], build: Build) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         for opt, _ in options:
             _check(opt, getattr(args, opt.replace("-", "_")))
+        _check_relations(kind, args)
         hw = get_profile(args.hw)
-        run_memory_kernel(build(args, DType.parse(args.dtype), hw), args)
+        run_memory_kernel(build(args, check_dtype(kind, DType.parse(args.dtype), hw), hw), args)
         return 0
     return run
+
+
+def _check_relations(kind: str, args: argparse.Namespace) -> None:
+    """What one option implies for another: GQA heads (as `kernel attention`), a reduction's output count."""
+    if kind == "rope" and args.heads_kv:
+        if args.heads_kv > args.heads_q or args.heads_q % args.heads_kv:
+            raise UsageError(f"--heads-q {args.heads_q} is not a multiple of --heads-kv {args.heads_kv} (GQA/MQA: "
+                             f"each K head serves heads_q / heads_kv query heads, so heads_kv <= heads_q and divides "
+                             f"it); valid --heads-kv: 0 (no K to rotate) or a divisor of {args.heads_q}")
+    if kind == "reduce" and (args.numel_out > args.numel_in or args.numel_in % args.numel_out):
+        raise UsageError(f"--numel-out {args.numel_out} does not divide --numel-in {args.numel_in}: a reduction's "
+                         f"output elements each sum an equal share of its input; valid: a divisor of "
+                         f"{args.numel_in} (1 for a full reduction)")
 
 
 def _check(opt: str, value: int) -> None:

@@ -9,7 +9,7 @@ import argparse
 from typing import Any
 
 from torchsim.cli.kernel import add_common, positive
-from torchsim.cli.kernels.memory_bound import run_memory_kernel
+from torchsim.cli.kernels.memory_bound import check_dtype, run_memory_kernel
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.norms import rmsnorm
@@ -28,5 +28,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     rows, hidden = positive("rows", args.rows), positive("hidden", args.hidden)
     hw = get_profile(args.hw)
-    run_memory_kernel(rmsnorm(rows, hidden, DType.parse(args.dtype), hw, residual=args.residual), args)
+    kind = "add-rmsnorm" if args.residual else "rmsnorm"
+    dtype = check_dtype(kind, DType.parse(args.dtype), hw)
+    run_memory_kernel(rmsnorm(rows, hidden, dtype, hw, residual=args.residual), args)
     return 0

@@ -225,6 +225,9 @@ def check_variant(variant: AttnVariant, shape: AttnShape, hw: GpuProfile) -> Non
         raise ValueError(f"attention variant {variant.value} needs {VARIANT_NEEDS[variant]}, which {hw.name} "
                          f"({hw.arch.value}) lacks; valid variants on {hw.name}: {', '.join(ok) or 'none'}")
     dims = HEAD_DIMS[variant]
+    if shape.head_dim in dims and shape.dv not in dims:
+        raise ValueError(f"head_dim_v={shape.dv} is not supported by attention variant {variant.value} on {hw.name}; "
+                         f"valid V head dims: {', '.join(map(str, dims))} (default: head_dim={shape.head_dim})")
     if shape.head_dim not in dims or shape.dv not in dims:
         other = [v.value for v, d in HEAD_DIMS.items() if shape.head_dim in d and hw.arch in VARIANT_ARCHS[v]]
         hint = f"; variants that support it on {hw.name}: {', '.join(other)}" if other else ""

@@ -137,6 +137,19 @@ class GemmConfig:
         return 384
 
 
+def k_bytes_per_stage(dtype: DType) -> int:
+    """BK of the sm90/sm100 default tiles: 128 bytes of K per stage (64 bf16, 128 FP8/int8, 256 FP4, 32 for the
+    4-byte fp32/tf32, whose 64-deep 128x256 stages would not fit shared memory even at two stages)."""
+    return 128 if dtype.is_fp8 or dtype is DType.INT8 else 256 if dtype is DType.FP4_E2M1 else \
+        32 if dtype.nbytes == 4 else 64
+
+
+def mma_k(dtype: DType) -> int:
+    """K of one tensor-core MMA instruction (mma.sync / wgmma / tcgen05): 32 bytes of K, 16 bf16/fp16, 32 FP8/int8,
+    8 tf32, 64 FP4; a GEMM's BK is a multiple of it."""
+    return max(1, int(32 // dtype.nbytes))
+
+
 def default_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int = 1,
                    pipeline: Pipeline | None = None, quant: str = "") -> GemmConfig:
     """The tile configuration a tuned library would pick: large tiles for large problems, split-K when the
@@ -151,7 +164,7 @@ def default_config(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: 
         raise ValueError(f"GEMM variant {pipeline.value} needs units {hw.name} ({hw.arch.value}) lacks; "
                          f"valid here: {', '.join(p.value for p in allowed)}")
     pipe = pipeline or allowed[0]
-    bk = 128 if dtype.is_fp8 or dtype is DType.INT8 else 256 if dtype is DType.FP4_E2M1 else 64  # 128 B of K
+    bk = k_bytes_per_stage(dtype)
     if hw.arch is Arch.SM80:
         bm, bn, bk = (128, 256, 32) if m > 64 else (64, 128, 64)
         bk = bk * 2 if dtype is DType.INT8 else bk  # the same bytes of K per stage as bf16

@@ -10,7 +10,8 @@ The space (all of it is what gemm_config.GemmConfig and the template express; no
 
 - pipeline organisation: the architecture's variants (`ARCH_PIPELINES`: sm80 multistage; sm90 cooperative,
   ping-pong, 3-stage, naive 2-stage; sm100 tcgen05); never a variant of another architecture;
-- tile shape bm x bn (64/128/256, and bk 32/64 on sm80; bk 64, or 128 for FP8, on sm90/sm100);
+- tile shape bm x bn (64/128/256, and bk 32/64 on sm80; bk 64, or 128 for FP8 and 32 for fp32/tf32, on
+  sm90/sm100);
 - pipeline stages: the deepest that fits shared memory starting from 4 (the default's rule) or from 7;
 - split-K: when the output tiles cannot fill the SMs, none, the heuristic's split and powers of two up to
   16 (>= 4 K blocks per slice, at most two waves);
@@ -189,7 +190,7 @@ def candidates(m: int, n: int, k: int, dtype: DType, hw: GpuProfile, batch: int 
                     add(GemmConfig(bm, bn, bk, 4, Pipeline.SM80_MULTISTAGE, persistent=False,
                                    warps=8 if bm * bn >= 128 * 128 else 4))
     else:
-        bk = 128 if dtype.is_fp8 else 64
+        bk = 128 if dtype.is_fp8 else 32 if dtype.nbytes == 4 else 64  # 4-byte: 64-deep stages do not fit
         for pipe in allowed:
             for bm in bms:
                 if bm < 128 and pipe not in (Pipeline.NAIVE_2STAGE, Pipeline.SM100_TCGEN05):
