@@ -64,10 +64,8 @@ def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     ([*DECODE, "--seq-kv", "1000", "--seq-q", "2000", "--causal"], ["--causal", "--seq-q 2000", "--seq-kv 1000"]),
     (["kernel", "attention", "--batch", "1", "--heads-q", "8", "--seq-q", "256", "--seq-kv", "128", "--head-dim",
       "128", "--causal"], ["--causal", "--seq-q <= --seq-kv"]),
-    (["kernel", "mla", "--batch", "4", "--seq-kv", "1024", "--splits", "200"], ["--splits 200", "16 blocks",
-                                                                                "valid: 1, 2"]),
-    ([*DECODE, "--seq-kv", "1000", "--splits", "100"], ["--splits 100", "valid: 1, 2, 3, 6"]),
-    ([*DECODE, "--seq-kv", "1000", "--splits", "128"], ["--splits 128", "6 splits"]),
+    (["kernel", "mla", "--batch", "4", "--seq-kv", "1024", "--splits", "200"], ["--splits", "1 and 128", "200"]),
+    ([*DECODE, "--seq-kv", "1000", "--splits", "129"], ["--splits", "1 and 128", "129"]),
     (["predict", "llama-tiny", "--hw", "wormhole-n150", "--dtype", "fp8"], ["--dtype", "FP8", "bf16", "--weights"]),
     (["predict", "llama-tiny", "--hw", "wormhole-n150", "--kv-cache", "fp8"], ["--kv-cache", "FP8"]),
     (["hw", "show", "x" * 5000], ["unknown hardware", "5,000 characters"]),
@@ -181,6 +179,7 @@ def test_default_gemm_tiles_unchanged() -> None:
 
 @pytest.mark.parametrize("argv", [
     [*DECODE, "--seq-kv", "1000", "--splits", "3"],
+    [*DECODE, "--seq-kv", "1000", "--splits", "100"],  # FlashAttention runs it: 6 splits get work, 94 exit
     ["kernel", "mla", "--batch", "4", "--seq-kv", "1024", "--splits", "16"],
     [*GROUPED, "--routing", "zipf", "--tokens", "64", "--seed", "3"],
     ["kernel", "rope", "--tokens", "1", "--heads-q", "8", "--heads-kv", "2", "--head-dim", "128"],
@@ -192,3 +191,15 @@ def test_default_gemm_tiles_unchanged() -> None:
 ])
 def test_valid_still_runs(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     assert cli.main([*argv, "--json"]) == 0, capsys.readouterr().err
+
+
+def test_splits_the_blocks_cannot_fill_run_and_say_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """--splits 16 over 24 K/V blocks runs as FlashAttention runs it (12 splits with work), noted once."""
+    argv = ["kernel", "decode", "--batch", "8", "--heads-q", "32", "--heads-kv", "8", "--head-dim", "128", "--seq-kv",
+            "4096", "--splits", "16"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: --splits 16: the K/V blocks fill 12 splits; the other 4 have no block") == 1, out
+    assert cli.main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["splits"] == 12 and doc["splits_requested"] == 16

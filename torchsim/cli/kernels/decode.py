@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import json
+import sys
 from typing import Any
 
 from torchsim.cli import UsageError, int_in
@@ -14,7 +15,7 @@ from torchsim.cli.kernels.attention import add_shape, parse_kv_lens, shape_from,
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.attention_config import AttnVariant
-from torchsim.lowering.templates.decode import flash_decode, flash_mla
+from torchsim.lowering.templates.decode import MAX_SPLITS, flash_decode, flash_mla
 from torchsim.sim import KernelResult
 
 
@@ -53,10 +54,9 @@ def _run_decode(args: argparse.Namespace) -> int:
     elif args.batch is None or args.seq_kv is None:
         raise UsageError("give --batch and --seq-kv (or --kv-lens 100,2000,... for sequences of different lengths)")
     shape = shape_from(args, args.causal)
-    splits = positive("splits", args.splits) if args.splits is not None else None
+    splits = _splits(args)
     kernels = flash_decode(shape, get_profile(args.hw), splits, args.page_size,
-                           AttnVariant.parse(args.variant) if args.variant else None, kv_lens=kv_lens,
-                           exact_splits="--splits")
+                           AttnVariant.parse(args.variant) if args.variant else None, kv_lens=kv_lens)
     _report_launches(kernels, args)
     return 0
 
@@ -64,11 +64,23 @@ def _run_decode(args: argparse.Namespace) -> int:
 def _run_mla(args: argparse.Namespace) -> int:
     for name in ("batch", "heads_q", "seq_q", "seq_kv"):
         positive(name.replace("_", "-"), getattr(args, name))
-    splits = positive("splits", args.splits) if args.splits is not None else None
+    splits = _splits(args)
     kernels = flash_mla(args.batch, args.heads_q, args.seq_q, args.seq_kv, get_profile(args.hw), args.head_dim,
-                        args.head_dim_v, DType.parse(args.dtype), splits, args.page_size, exact_splits="--splits")
+                        args.head_dim_v, DType.parse(args.dtype), splits, args.page_size)
     _report_launches(kernels, args)
     return 0
+
+
+def _splits(args: argparse.Namespace) -> int | None:
+    """--splits as FlashAttention's num_splits takes it: 1..128. A count the K/V blocks cannot fill (24 blocks
+    over 16 splits are chunks of 2, so 12 splits get work) runs as FlashAttention runs it: the splits without a
+    block exit at once, which the report says (`splits` is the count with work)."""
+    if args.splits is None:
+        return None
+    if not 1 <= args.splits <= MAX_SPLITS:
+        raise UsageError(f"--splits must be between 1 and {MAX_SPLITS} (FlashAttention's num_splits), got "
+                         f"{args.splits}")
+    return int(args.splits)
 
 
 def _report_launches(kernels: list[KernelGraph], args: argparse.Namespace) -> None:
@@ -78,7 +90,12 @@ def _report_launches(kernels: list[KernelGraph], args: argparse.Namespace) -> No
     done: list[tuple[KernelGraph, KernelResult]] = []
     reports = []
     for kg in kernels:
-        extra = {"splits": kg.attrs.get("splits")}
+        extra = {"splits": kg.attrs.get("splits"), "splits_requested": args.splits}
+        ran = kg.attrs.get("splits")
+        if kg is kernels[0] and args.splits is not None and isinstance(ran, int) and ran != args.splits:
+            print(f"note: --splits {args.splits}: the K/V blocks fill {ran} splits; the other {args.splits - ran} "
+                  f"have no block and exit at once (as the library's empty splits do)",
+                  file=sys.stderr if args.json else sys.stdout)
         if args.json:
             buf = io.StringIO()
             with contextlib.redirect_stdout(buf):
