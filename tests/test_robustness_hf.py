@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from torchsim import cli
+from tests.cli_errors import one_line
 
 BASE: dict[str, Any] = {
     "model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
@@ -24,15 +24,6 @@ BASE: dict[str, Any] = {
     "rms_norm_eps": 1e-5, "rope_theta": 500000.0}
 MOE: dict[str, Any] = {"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2,
                        "moe_intermediate_size": 256, "shared_expert_intermediate_size": 512}
-
-
-def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI in-process; assert exit 2, nothing on stdout and a single stderr line, and return it."""
-    assert cli.main(argv) == 2, argv
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and "Traceback" not in err, (argv, err)
-    return lines[0]
 
 
 def _write(tmp_path: Path, text: str) -> Path:

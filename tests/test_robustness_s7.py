@@ -14,16 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_errors import one_line
 from torchsim import cli
-
-
-def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI in-process; assert exit 2, nothing on stdout and a single stderr line, and return it."""
-    assert cli.main(argv) == 2, argv
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and "Traceback" not in err, (argv, err)
-    return lines[0]
 
 
 @pytest.mark.parametrize(("argv", "words"), [

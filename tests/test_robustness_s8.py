@@ -12,24 +12,17 @@ from __future__ import annotations
 
 import json
 import warnings
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from tests.cli_errors import one_line as _one_line
 from torchsim import cli
 
+one_line = partial(_one_line, usage=True)  # these commands include serve (its own usage line)
+
 GEMM = ["kernel", "gemm", "--m", "64", "--n", "64", "--k", "64"]
-
-
-def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI in-process; assert exit 2, nothing on stdout and one stderr line (after a usage line, for a
-    parser with its own usage), and return the last line."""
-    assert cli.main(argv) == 2, argv
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and 1 <= len(lines) <= 2 and "Traceback" not in err, (argv, err)
-    assert len(lines) == 1 or lines[0].startswith("usage: "), lines
-    return lines[-1]
 
 
 @pytest.mark.parametrize(("argv", "words"), [

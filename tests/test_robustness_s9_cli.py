@@ -19,18 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_errors import one_line
 from torchsim import cli
 
 GEMM = ["kernel", "gemm", "--m", "64", "--n", "64", "--k", "64"]
 TINY = ["llama-tiny", "--prompt", "16", "--decode", "2"]
-
-
-def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert cli.main(argv) == 2, argv
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and "Traceback" not in err, (argv, err)
-    return lines[0]
 
 
 @pytest.mark.parametrize(("argv", "words"), [

@@ -12,32 +12,25 @@ ValueError naming the argument (library) or one stderr line, exit 2 (CLI).
 from __future__ import annotations
 
 import csv
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import torchsim
+from tests.cli_errors import one_line as _one_line
 from torchsim import cli
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
+
+one_line = partial(_one_line, usage=True)  # these commands include serve (its own usage line)
 
 GEMV = KernelCall.make(KernelKind.GEMM, m=64, n=256, k=256)
 STEP = {"prompt_len": 16, "decode_steps": 2}
 VARY = ["--vary", "sm_count=66,132", "--out", "sw.parquet"]
 RMS = ["sweep", "kernel", "rmsnorm", "--param", "rows=1", "--param", "hidden=4096"]
 GEMM = ["sweep", "kernel", "gemm", "--m", "256", "--n", "256", "--k", "256"]
-
-
-def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI in-process; assert exit 2, nothing on stdout and one stderr line (after a usage line, for a
-    parser with its own usage), and return the last line."""
-    assert cli.main(argv) == 2, argv
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and 1 <= len(lines) <= 2 and "Traceback" not in err, (argv, err)
-    assert len(lines) == 1 or lines[0].startswith("usage: "), lines
-    return lines[-1]
 
 
 @pytest.mark.parametrize(("args", "kwargs", "words"), [

@@ -16,20 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_errors import one_line
 from torchsim import cli
 from torchsim.hwmodels import get_profile
 from torchsim.hwmodels.whatif import WhatIfError, derive_profile
 
 GEMM = ["sweep", "kernel", "gemm", "--m", "64", "--n", "64", "--k", "64"]
-
-
-def one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI in-process; assert exit 2, nothing on stdout and a single stderr line, and return it."""
-    assert cli.main(argv) == 2, argv
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and "Traceback" not in err, (argv, err)
-    return lines[0]
 
 
 @pytest.mark.parametrize(("body", "words"), [

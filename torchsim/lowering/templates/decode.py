@@ -46,25 +46,6 @@ def occupancy(hw: GpuProfile, threads_per_cta: int, regs_per_thread: int, smem: 
                       int(hw.smem_per_sm_bytes.value) // max(1, smem), int(hw.max_ctas_per_sm.value)))
 
 
-def check_exact_splits(requested: int | None, n_blocks: int, block: int, what: str = "num_splits") -> None:
-    """Refuse a split count the kernel would not run as given: each split takes ceil(n_blocks / splits) of the
-    `n_blocks` K/V blocks of `block` keys, so above n_blocks, or where equal chunks need fewer splits, the launch
-    would have another count. The message lists the counts that run as given."""
-    if requested is None:
-        return
-    per = math.ceil(n_blocks / min(requested, n_blocks))
-    if math.ceil(n_blocks / per) == requested:
-        return
-    exact = sorted({math.ceil(n_blocks / math.ceil(n_blocks / s)) for s in range(1, n_blocks + 1)})
-    shown = ", ".join(map(str, exact)) if len(exact) <= 12 else \
-        f"{', '.join(map(str, exact[:8]))}, ..., {', '.join(map(str, exact[-2:]))}"
-    below = max((e for e in exact if e < requested), default=0)
-    above = min((e for e in exact if e > requested), default=0)
-    raise ValueError(f"{what} {requested} would run as {math.ceil(n_blocks / per)} splits: the K/V cache is "
-                     f"{n_blocks} blocks of {block} keys and each split takes ceil({n_blocks} / splits) whole blocks; "
-                     f"valid: {shown}" + (f" (nearest: {below}, {above})" if below and above else ""))
-
-
 def split_heuristic(ctas: int, slots: int, n_blocks: int, max_splits: int = MAX_SPLITS) -> int:
     """FlashAttention's num_splits_heuristic: no split when the grid already fills 80% of the CTA slots;
     otherwise the fewest splits whose wave efficiency is within 85% of the best, skipping split counts that
@@ -100,8 +81,7 @@ def check_page_size(page_size: int) -> None:
 
 
 def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None, page_size: int = 0,
-                 variant: AttnVariant | None = None, kv_lens: Sequence[int] | None = None,
-                 exact_splits: str = "") -> list[KernelGraph]:
+                 variant: AttnVariant | None = None, kv_lens: Sequence[int] | None = None) -> list[KernelGraph]:
     """Flash-Decoding: CTAs over (batch, K/V head, packed query block, K/V split), each running the
     FlashAttention mainloop over its split and writing FP32 partials; a combine kernel merges the splits.
 
@@ -112,11 +92,7 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     (FlashAttention's `seqused_k` over a paged cache): the split count is chosen once for the launch from the
     longest sequence, as FlashAttention-2's `set_params_splitkv` does with max_seqlen_k, every split spans
     the same number of blocks, and sequence b's split CTAs walk only its own blocks; a split past the end of
-    a shorter sequence exits at once and writes an empty partial (zeros, log-sum-exp -inf) for the combine.
-
-    `exact_splits` (the name of the option that gave `num_splits`, e.g. "--splits"): refuse a count the kernel
-    would not run as given (more splits than K/V blocks, or one equal chunks cannot make) instead of running
-    the nearest one."""
+    a shorter sequence exits at once and writes an empty partial (zeros, log-sum-exp -inf) for the combine."""
     check_page_size(page_size)
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
         raise ValueError(f"num_splits must be a positive integer (or None for the heuristic), got {num_splits!r}")
@@ -141,8 +117,6 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
                        shape.causal, shape.dtype, shape.dv)
     slots = hw.sms * occupancy(hw, threads(cfg), cfg.regs_per_thread, smem_bytes(cfg, packed))
     ctas = shape.batch * shape.heads_kv * mblocks
-    if exact_splits:
-        check_exact_splits(num_splits, n_blocks, cfg.bn, exact_splits)
     splits = num_splits or split_heuristic(ctas, slots, n_blocks)
     per = math.ceil(n_blocks / min(splits, n_blocks))
     splits = math.ceil(n_blocks / per)
@@ -247,10 +221,9 @@ def combine(rows: int, dv: int, splits: int, out_dtype: DType, hw: GpuProfile) -
 
 def flash_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile, head_dim: int = 576,
               head_dim_v: int = 512, dtype: DType = DType.BF16, num_splits: int | None = None,
-              page_size: int = 64, exact_splits: str = "") -> list[KernelGraph]:
+              page_size: int = 64) -> list[KernelGraph]:
     """FlashMLA (DeepSeek latent attention decoding, one shared latent K/V head): the split kernel of
-    torchsim.lowering.templates.mla over a FlashAttention split heuristic, then the combine kernel.
-    `exact_splits`: as flash_decode's."""
+    torchsim.lowering.templates.mla over a FlashAttention split heuristic, then the combine kernel."""
     check_page_size(page_size)
     shape = check_mla(batch, heads_q, seq_q, seq_kv, hw, head_dim, head_dim_v, dtype)
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
@@ -258,8 +231,6 @@ def flash_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile,
     mblocks = math.ceil(seq_q * heads_q / MLA_BLOCK)
     n_blocks = math.ceil(seq_kv / MLA_BLOCK)
     slots = hw.sms * occupancy(hw, MLA_THREADS, MLA_REGS, mla_smem(dtype))
-    if exact_splits:
-        check_exact_splits(num_splits, n_blocks, MLA_BLOCK, exact_splits)
     splits = num_splits or split_heuristic(batch * mblocks, slots, n_blocks)
     kernel = mla_split_kernel(shape, hw, splits, page_size)
     kernels = [kernel]
