@@ -113,3 +113,38 @@ def test_a_signal_raised_inside_a_finalizer_is_not_lost(monkeypatch: pytest.Monk
 
     assert _run_with(monkeypatch, func) == code
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_ctrl_c_during_torch_export_is_held_until_it_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt inside torch.export can abort the process from its C++ dispatcher (SIGABRT seen in
+    CI); capture holds the signal until the export returns, then the command's handler raises it."""
+    import os
+    import signal
+
+    import torch
+
+    from torchsim.lowering import capture
+
+    delivered: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        delivered.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    export = torch.export.export
+
+    def interrupted_export(*args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGINT)
+        result = export(*args, **kwargs)  # type: ignore[arg-type]
+        assert delivered == [], "the signal reached the handler inside torch.export"
+        return result
+
+    monkeypatch.setattr(torch.export, "export", interrupted_export)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            capture.capture_module(torch.nn.Linear(8, 4, device="meta"), (torch.empty(2, 8, device="meta"),))
+        assert delivered == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is handler  # the command's handler is back in place
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -8,10 +8,14 @@ the last layer of each group and comparing their op signatures.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
+import signal
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +81,8 @@ def capture_module(module: nn.Module, args: tuple[Any, ...], *, name: str = "") 
     """
     label = name or type(module).__name__
     try:
-        ep = torch.export.export(module, args)
+        with _signals_held():
+            ep = torch.export.export(module, args)
     except Exception as exc:  # torch raises many types; name the segment and keep the cause
         _reraise_interrupt(exc)
         raise CaptureError(f"torch.export of {label} ({type(module).__qualname__}) failed: "
@@ -86,6 +91,33 @@ def capture_module(module: nn.Module, args: tuple[Any, ...], *, name: str = "") 
         return _to_opgraph(ep, label, _windows(module))
     except ValueError as exc:  # an op graph torch.export gave that torchsim cannot read (a new higher-order op)
         raise CaptureError(f"converting the export of {label} ({type(module).__qualname__}): {exc}") from exc
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until torch.export returns, then deliver them to the handlers they were meant for.
+
+    A KeyboardInterrupt raised inside torch.export can land in Python code that its C++ dispatcher called, which
+    then aborts the process (seen in CI: exit -6, SIGABRT, with the export's stack on stderr) instead of unwinding;
+    one export takes about a second, so holding the signal that long keeps the command's stop-within-seconds
+    contract. Only in the main thread, and only for Python handlers (a signal ignored or defaulted stays so)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {int(s): signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    pending: list[int] = []
+    held = [s for s, h in previous.items() if callable(h)]
+    for s in held:
+        signal.signal(s, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for s in held:
+            signal.signal(s, previous[s])
+        if pending:
+            handler = previous[pending[0]]
+            assert callable(handler)
+            handler(pending[0], None)  # raises the command's KeyboardInterrupt / Terminated here
 
 
 def _reraise_interrupt(exc: BaseException) -> None:
