@@ -40,13 +40,29 @@ def test_gemm_extrapolated_in_k_matches_the_full_simulation(hw_name: str, shape:
 def test_a_cost_alternating_from_wave_to_wave_is_sampled_at_twice_the_spacing() -> None:
     """A persistent FP8 GEMM whose waves alternate in cost: waves 2, 3, 4 disagree, waves 2, 4, 6 agree (it was
     simulated in full when the slides came first and used up the samples' budget)."""
-    assert repeats._windows(repeats.Dim("waves", 28, 2, 1))[:2] == [(2, 1, False), (2, 2, False)]
+    assert repeats._windows(repeats.Dim("waves", 28, 2, 1))[:2] == [(2, 1), (2, 2)]
     hw = get_profile("h100-sxm")
     call = KernelCall.make(KernelKind.GEMM, DType.FP8_E4M3, m=4096, n=28672, k=4096)
     fam = repeats.gemm_call_family(call, hw)
     assert fam is not None and [d.name for d in fam.dims] == ["waves"]
     ex = repeats.simulate_kernel(fam, hw, exact_events=1_000, run=_boost, sustained=_plain)
     assert ex.attrs["method"] == "extrapolated-waves" and "from 2,4,6" in ex.attrs["extrapolation"]
+
+
+def test_a_later_window_is_tried_while_all_samples_cost_less_than_the_full_dimension() -> None:
+    """An 8192^3 FP8 GEMM on H200 has 16 waves alternating in cost: waves 2, 4, 6 (12 of 16 waves on their own,
+    15 with 2, 3, 4 already run) are tried and agree, where a static 70% cap on each window sent it to a full
+    simulation on top of its samples; a window past the budget is never run."""
+    assert (2, 2) in repeats._windows(repeats.Dim("waves", 16, 2, 1))
+    assert all(x + 2 * s < 16 for x, s in repeats._windows(repeats.Dim("waves", 16, 2, 1)))
+    hw = get_profile("h200")
+    call = KernelCall.make(KernelKind.GEMM, DType.FP8_E4M3, m=8192, n=8192, k=8192)
+    fam = repeats.gemm_call_family(call, hw)
+    assert fam is not None and [(d.name, d.full) for d in fam.dims] == [("waves", 16)]
+    ex = repeats.simulate_kernel(fam, hw, exact_events=1_000, run=_boost, sustained=_plain)
+    assert ex.attrs["method"] == "extrapolated-waves" and "from 2,4,6" in ex.attrs["extrapolation"]
+    assert ex.attrs["sim_events"] <= fam.events  # the samples cost no more than the full kernel
+    assert ex.cycles == pytest.approx(simulate(fam.build({}), hw).cycles, rel=BOUND)
 
 
 def test_attention_extrapolated_in_kv_matches_the_full_simulation() -> None:

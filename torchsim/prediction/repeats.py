@@ -10,8 +10,9 @@ large to simulate cheaply is simulated at truncated sizes of each repeating dime
   first two samples and from the last two must agree within `TOLERANCE` of the value (the increments per repeat
   agree: steady state); the result is the last two's. Where they do not agree, the spacing doubles (a cost
   alternating from one repeat to the next), then the window slides one step later (at most `MAX_SLIDES` times),
-  then its spacing doubles again from the start (a longer period) only while all the samples run cost under
-  `WORTH` of the full dimension, and failing that the dimension is simulated at its full size.
+  then its spacing doubles again from the start (a longer period): each window only while the samples run so far
+  and its own (memoised samples are not run again) sum to at most the full dimension (`SAMPLE_BUDGET`), and
+  failing that the dimension is simulated at its full size. The first window costs at most `WORTH` of it.
 - Dimensions nest (waves outside, K or K/V inside): each sample of the outer dimension is itself extrapolated in
   the inner one, so a kernel costs at most 3 x 3 small simulations however large it is.
 - What is extrapolated: cycles, DRAM bytes, per-unit busy work, stall cycles and node events, each linearly in
@@ -142,27 +143,31 @@ def _lsq_quad(vs: list[dict[str, float]], xs: tuple[int, ...], x: float) -> dict
     return {k: max(0.0, float(val)) for k, val in zip(keys, at[0])}
 
 
-def _windows(d: Dim) -> list[tuple[int, int, bool]]:
-    """(first sample, spacing, capped) of the windows tried in turn: the window at the dimension's start; the same
-    start at twice the spacing (a cost alternating between two values from one repeat to the next: a persistent
-    GEMM whose raster groups of tiles straddle waves, measured as +-1.5% per wave on a 4096x28672x4096 FP8 GEMM on
-    H100); the window slid one step later at a time (`MAX_SLIDES`: a fill not yet over); then from the start at
-    four, eight, ... times the spacing (a longer period). Each only while its own samples cost under `WORTH` of the
-    full dimension; the `capped` ones (the wider windows after the slides) only while they and every sample run
-    before them do (`Extrapolator._extrapolate`)."""
+def _windows(d: Dim) -> list[tuple[int, int]]:
+    """(first sample, spacing) of the windows tried in turn: the window at the dimension's start; the same start at
+    twice the spacing (a cost alternating between two values from one repeat to the next: a persistent GEMM whose
+    raster groups of tiles straddle waves, measured as +-1.5% per wave on a 4096x28672x4096 FP8 GEMM on H100, and
+    68.4k / 70.1k cycles per wave on an 8192^3 FP8 one on H200); the window slid one step later at a time
+    (`MAX_SLIDES`: a fill not yet over, e.g. the first 12 K steps of a 4096x14336x4096 A100 GEMM, whose L2 has not
+    yet settled); then from the start at four, eight, ... times the spacing (a longer period). Every sample of a
+    window is shorter than the full dimension; what they may cost together is `Extrapolator._extrapolate`'s
+    budget."""
     a, st = d.start, d.step
     if d.order == 2:  # five samples a, 2a, .. 5a, the spacing doubling while they cost under QUAD_WORTH of the
         out = []  # full size (a causal kernel whose samples disagree then costs at most ~1.5x its full simulation)
         while d.cost(a * j for j in range(1, QUAD_SAMPLES + 1)) <= QUAD_WORTH:
-            out.append((a, a, False))
+            out.append((a, a))
             a *= 2
         return out
-    tries = [(a, st, False), (a, 2 * st, False), *((a + i * st, st, False) for i in range(1, MAX_SLIDES + 1))]
+    tries = [(a, st), (a, 2 * st), *((a + i * st, st) for i in range(1, MAX_SLIDES + 1))]
     wide = 4 * st
-    while 3 * (a + wide) <= WORTH * d.full:
-        tries.append((a, wide, True))
+    while a + 2 * wide < d.full:
+        tries.append((a, wide))
         wide *= 2
-    return [(x, s, c) for x, s, c in tries if 3 * (x + s) <= WORTH * d.full]
+    return [(x, s) for x, s in tries if x + 2 * s < d.full]
+
+
+SAMPLE_BUDGET = 1.0  # the samples of one dimension sum to at most this share of its full size
 
 
 class Extrapolator:
@@ -231,10 +236,11 @@ class Extrapolator:
         if d.order == 2:
             return self._extrapolate_quadratic(run, d, rest, sizes)
         used: set[int] = set()
-        for a, st, capped in _windows(d):
+        for a, st in _windows(d):
             xs = (a, a + st, a + 2 * st)
-            if capped and sum(used | set(xs)) > WORTH * d.full:
-                break  # a wider window, on top of the samples run so far, would cost about the full dimension
+            if sum(used | set(xs)) > (SAMPLE_BUDGET if used else WORTH) * d.full:
+                continue  # the first window: a truncation worth making; the others: with the samples run so far,
+                # at most the full dimension
             used |= set(xs)
             (v1, _, _, _), (v2, _, rs, rr), (v3, r3, _, _) = (self._measure(run, rest, {**sizes, d.name: x})
                                                               for x in xs)
@@ -257,7 +263,7 @@ class Extrapolator:
         query blocks), which three-point parabolas amplify and five-point fits average out. Otherwise the spacing
         doubles, and past the last affordable one the dimension is simulated in full."""
         x_full = d.target or float(d.full)
-        for a, _, _ in _windows(d):
+        for a, _ in _windows(d):
             xs = tuple(a * j for j in range(1, QUAD_SAMPLES + 1))
             got = [self._measure(run, rest, {**sizes, d.name: x}) for x in xs]
             vs = [g[0] for g in got]
