@@ -104,8 +104,15 @@ def test_a_companion_table_that_is_a_directory_fails_before_work(table: str, tmp
      ["line 1", "arrival_s", "116 days"]),
     ("r.jsonl", "[" * 100_000 + "]" * 100_000 + "\n", ["line 1", "nested too deeply"]),
     ("r.jsonl", '{"arrival_s": 0, "input_len": ' + "9" * 5000 + ', "output_len": 3}\n', ["line 1"]),
+    # ambiguous rows (fourth pass)
+    ("a.jsonl", '{"arrival_s": 0, "input_len": 16, "output_len": 4, "input_len": 8}\n', ["input_len", "twice"]),
+    ("a.csv", "arrival_s,input_len,input_len,output_len\n0,16,300,4\n", ["input_len twice"]),
+    ("b.jsonl", '{"arrival_s": 0, "input_len": 16, "prompt_len": 4, "output_len": 4}\n',
+     ["input_len and prompt_len"]),
+    ("c.jsonl", '{"arrival_s": 0, "input_len": "16", "output_len": 4}\n', ["input_len", "string"]),
+    ("b.csv", "arrival_s,input_len,output_len\n,16,4\n", ["line 2", "arrival_s is empty"]),
 ])
-def test_request_files_name_the_line(name: str, content: str, words: list[str], tmp_path: Path,
+def test_bad_request_files_name_the_file_and_the_fault(name: str, content: str, words: list[str], tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / name
     path.write_text(content)

@@ -58,22 +58,6 @@ def test_runs_that_were_refused_now_run(argv: list[str], capsys: pytest.CaptureF
     assert "TTFT" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("name", "content", "words"), [
-    ("a.jsonl", '{"arrival_s": 0, "input_len": 16, "output_len": 4, "input_len": 8}\n', ["input_len", "twice"]),
-    ("a.csv", "arrival_s,input_len,input_len,output_len\n0,16,300,4\n", ["input_len twice"]),
-    ("b.jsonl", '{"arrival_s": 0, "input_len": 16, "prompt_len": 4, "output_len": 4}\n',
-     ["input_len and prompt_len"]),
-    ("c.jsonl", '{"arrival_s": 0, "input_len": "16", "output_len": 4}\n', ["input_len", "string"]),
-    ("b.csv", "arrival_s,input_len,output_len\n,16,4\n", ["line 2", "arrival_s is empty"]),
-])
-def test_request_files_refuse_ambiguous_rows(name: str, content: str, words: list[str], tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / name
-    path.write_text(content)
-    line = one_line(capsys, ["serve", "llama-tiny", "--requests", str(path)])
-    assert str(path) in line and all(w in line for w in words), line
-
-
 def test_a_routing_file_with_an_unknown_field_or_a_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r.json"
     assert cli.main(["routing", "record", "--batch", "1", "--seq", "8", "-o", str(path)]) == 0
