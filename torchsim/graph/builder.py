@@ -102,6 +102,13 @@ class GraphBuilder:
             self._last_in_group[group] = idx
         return idx
 
+    def add_work(self, idx: int, work: float) -> None:
+        """Grow node `idx`'s work by `work` (a template folding a little more of the same unit's work into a node
+        it wrote earlier)."""
+        if not 0 <= idx < len(self._work) or work < 0:
+            raise ValueError(f"add_work: node {idx} of {len(self._work)}, work {work} (must be >= 0)")
+        self._work[idx] += float(work)
+
     def data(self, src: int, dst: int) -> None:
         """DATA edge: `dst` reads what `src` produced; released when `src` completes."""
         self._edge(src, dst, Edge.DATA)

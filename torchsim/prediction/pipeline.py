@@ -685,14 +685,15 @@ def _weights(samples: Sequence[int], steps: int) -> list[float]:
 
 
 def _kv_bytes(plan: KernelPlan) -> float:
-    """KV-cache bytes the step's attention kernels read."""
-    from torchsim.lowering.templates.varlen import kv_tokens
+    """KV-cache bytes the step's attention kernels read, which the cache holds: a sliding layer's window of each
+    sequence, a global layer's whole sequence (varlen.cached_kv_tokens)."""
+    from torchsim.lowering.templates.varlen import cached_kv_tokens
 
     total = 0.0
     for c in plan.calls:
         if c.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
             kv = DType.parse(c.p("kv_dtype", "")) if c.p("kv_dtype", "") else c.dtype  # Tensix: bfp8_b cache
-            total += 2.0 * kv_tokens(c) * c.p("heads_kv") * c.p("head_dim") * kv.nbytes
+            total += 2.0 * cached_kv_tokens(c) * c.p("heads_kv") * c.p("head_dim") * kv.nbytes
     return total
 
 

@@ -480,14 +480,14 @@ def gemm_family_from_graph(kg: KernelGraph, hw: Any) -> Family | None:
 
 
 def _attn_shape(a: dict[str, Any], causal: bool) -> Any:
-    """The attention shape a kernel's attrs describe; the truncated instances keep its soft-capping and, causal,
-    its sliding window."""
+    """The attention shape a kernel's attrs describe; the truncated instances keep its soft-capping, sinks and,
+    causal, its sliding window."""
     from torchsim.lowering.templates.attention_config import AttnShape
 
     return AttnShape(int(a["batch"]), int(a["heads_q"]), int(a["heads_kv"]), int(a["seq_q"]), int(a["seq_kv"]),
                      int(a["head_dim"]), causal, DType.parse(str(a["dtype"])), int(a.get("head_dim_v", 0) or 0),
                      window=int(a.get("window", 0) or 0) if causal else 0,
-                     softcap=float(a.get("softcap", 0.0) or 0.0))
+                     softcap=float(a.get("softcap", 0.0) or 0.0), sinks=bool(a.get("sinks", False)))
 
 
 def attention_family(kg: KernelGraph, hw: Any, cfg: Any = None) -> Family | None:

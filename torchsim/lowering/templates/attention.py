@@ -109,6 +109,7 @@ def attention_header(shape: AttnShape, cfg: AttnConfig, hw: GpuProfile, per_seq:
              "dtype": shape.dtype.name.lower(), "query_blocks": mblocks, **varlen,
              **({"window": shape.binding_window} if shape.binding_window else {}),
              **({"softcap": shape.softcap} if shape.softcap else {}),  # (truncated instances rebuild it)
+             **({"sinks": True} if shape.sinks else {}),
              # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
              **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})}
     return name, flops, dram_bytes, attrs
@@ -171,6 +172,7 @@ def write_cta(cfg: AttnConfig, shape: AttnShape, n: int, masked: int, name: str 
     if hw is not None:
         writer.setdefault("mma_scale", mma_work_scale(cfg.variant, hw, shape.dtype))
     writer.setdefault("softcap", shape.softcap > 0)
+    writer.setdefault("sinks", shape.sinks)
     tma = cfg.variant not in (AttnVariant.FA2, AttnVariant.TRITON)
     w = AttnWriter(b, shape.dtype, shape.head_dim, shape.dv, tma=tma, **writer)
     {AttnVariant.FA2: _fa2, AttnVariant.FA3: _fa3, AttnVariant.FA4: _fa4,
@@ -211,8 +213,7 @@ def _fa2(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
         pv = w.pv(warps, bm, bn, f"pv[{i}]")
         link(b, [lds_v, *sm], pv)
         prev_pv, prev_lds_v = pv, lds_v
-    norm = w.normalize(warps, bm, "normalize")
-    link(b, [prev_pv, q], norm)
+    norm = w.normalize(warps, bm, "normalize", [prev_pv, q])
     b.data(norm, w.store_o(warps, bm, aff(m=1), "store_O", via_smem=True)[0])
 
 
@@ -279,8 +280,7 @@ def _triton(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
             pv[g, i] = w.pv(wg, rows, bn, f"pv{g}[{i}]")
             link(b, [*vs[i], *sm], pv[g, i])
     for g, wg in enumerate(wgs):  # epilogue: acc / l_i element-wise (div.full.f32), then the store
-        norm = w.divide(wg, rows, f"normalize{g}")
-        link(b, [pv[g, n - 1] if n else qs[g]], norm)
+        norm = w.divide(wg, rows, f"normalize{g}", [pv[g, n - 1] if n else qs[g]])
         link(b, norm, w.store_o(wg, rows, aff(g, m=groups), f"store_O{g}", via_smem=True)[0])
 
 
@@ -355,8 +355,7 @@ def _fa3(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
             ld_o = w.tmem(cg, Op.TMEM_LOAD, 64, w.head_dim_v, 4.0, f"tmem_ld_O{c}")
             b.data(last, ld_o)
             last = ld_o
-        norm = w.normalize(cg, 64, f"normalize{c}")
-        link(b, last, norm)
+        norm = w.normalize(cg, 64, f"normalize{c}", last)
         b.data(norm, w.store_o(cg, 64, aff(c, m=len(cons)), f"store_O{c}")[0])
 
 
@@ -419,8 +418,7 @@ def _fa4(w: AttnWriter, cfg: AttnConfig, n: int, masked: int) -> None:
     for s in range(2):
         ld = w.tmem(corr_g, Op.TMEM_LOAD, 128, dv, 4.0, f"tmem_ld_O{s}")
         link(b, [pv[s, n - 1] if n else qs[s]], ld)
-        norm = w.normalize(corr_g, 128, f"normalize{s}")
-        b.data(ld, norm)
+        norm = w.normalize(corr_g, 128, f"normalize{s}", ld)
         sts = TileDesc(Space.SHARED, w.dtype, (128, dv), "O_smem")
         st = b.node(corr_g, Op.STS, Unit.LDST, work=sts.nbytes, tile=sts, name=f"sts_O{s}")
         b.data(norm, st)

@@ -25,7 +25,7 @@ def shape_of(call: KernelCall) -> AttnShape:
     """The attention shape a prefill or decode call describes (it checks itself)."""
     return AttnShape(call.p("batch"), call.p("heads_q"), call.p("heads_kv"), call.p("seq_q"), call.p("seq_kv"),
                      call.p("head_dim"), bool(call.p("causal", False)), call.dtype, call.p("head_dim_v", 0),
-                     call.p("window", 0), float(call.p("softcap", 0.0)))
+                     call.p("window", 0), float(call.p("softcap", 0.0)), bool(call.p("sinks", False)))
 
 
 def _variant(call: KernelCall) -> AttnVariant | None:

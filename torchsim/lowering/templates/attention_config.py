@@ -95,6 +95,9 @@ class AttnShape:
     # logit soft-capping (Gemma-2): s -> cap * tanh(s / cap) before the softmax, as FlashAttention-2/3's
     # `softcap` argument computes it (one MUFU.TANH and two FMULs per score); 0: none
     softcap: float = 0.0
+    # attention sinks (gpt-oss): one learned logit per query head joins every row's softmax; FlashAttention-3 as
+    # vLLM serves it folds it into the row max and sum once per row at the end (sinks in attention_parts)
+    sinks: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"):

@@ -8,7 +8,7 @@ one template serves every CTA of the class and L2 reuse of K/V across query bloc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from torchsim.lowering.templates.attention_config import (
 )
 
 OUT_DTYPE = {DType.FP8_E4M3: DType.BF16, DType.FP8_E5M2: DType.BF16}
+# the sink logit at the end of a row (AttnWriter.sink): exp2(m - m') and exp2(sink - m') on the SFU; max, the two
+# exponent arguments, l * correction + exp (FMA pipe)
+SINK_EXPS = 2.0
+SINK_LANE_OPS = 5.0
 
 
 @dataclass
@@ -45,7 +49,9 @@ class AttnWriter:
     tmem_accumulators: bool = False  # sm100: MMA results land in TMEM, not in the issuing warps' registers
     mma_scale: float = 1.0  # datapath time per FLOP relative to the tensor rate (mma.sync: attention_config)
     softcap: bool = False  # logit soft-capping: a tanh on the SFU and two FMULs per score (AttnShape.softcap)
+    sinks: bool = False  # a sink logit per row folded into the row max and sum at the end (AttnShape.sinks)
     _table: int = -1
+    _last_exp: dict[int, int] = field(default_factory=dict)  # per group: its latest exponential node
 
     # -- global tiles -------------------------------------------------------------------------------------
     def _load(self, group: int, tile: TileDesc, name: str, gather: bool = False) -> int:
@@ -140,7 +146,8 @@ class AttnWriter:
         sfu_share = elems * (1.0 - poly_fraction + self.softcap)  # exp2 (less its polynomial part), tanh
         if sfu_share <= 0:
             return [fma]
-        return [fma, self.b.node(group, Op.EXP, Unit.SFU, work=sfu_share, name=f"exp_{name}")]
+        self._last_exp[group] = self.b.node(group, Op.EXP, Unit.SFU, work=sfu_share, name=f"exp_{name}")
+        return [fma, self._last_exp[group]]
 
     def softmax_chain(self, group: int, rows: int, cols: int, name: str, masked: bool) -> tuple[int, list[int]]:
         """Online softmax as a compiler emits it from tile code (Triton): the row max (FMNMX, and the mask)
@@ -155,22 +162,54 @@ class AttnWriter:
         first = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=pre * FLOP_PER_LANE_OP, name=f"rowmax_{name}")
         rest = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=post * FLOP_PER_LANE_OP, name=f"softmax_{name}")
         exp = self.b.node(group, Op.EXP, Unit.SFU, work=elems * (1.0 + self.softcap), name=f"exp_{name}")
+        self._last_exp[group] = exp
         self.b.data(first, rest)
         self.b.data(first, exp)
         return first, [rest, exp]
 
-    def divide(self, group: int, rows: int, name: str) -> list[int]:
+    def divide(self, group: int, rows: int, name: str, after: int | list[int]) -> list[int]:
         """O / row sum as an element-wise fp32 division (Triton's `acc / l_i[:, None]`, div.full.f32): one
-        MUFU.RCP and DIV_FULL_FMA_SLOTS FMA-pipe instructions per element, side by side; both read O."""
+        MUFU.RCP and DIV_FULL_FMA_SLOTS FMA-pipe instructions per element, side by side; both read O, once
+        `after` completes (and the sink logit is folded in, with sinks)."""
         elems = rows * self.head_dim_v
-        fma = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=elems * DIV_FULL_FMA_SLOTS * FLOP_PER_LANE_OP,
-                          name=name)
-        return [fma, self.b.node(group, Op.EXP, Unit.SFU, work=elems, name=f"rcp_{name}")]
+        sink = self.sink(group, rows, name, after)  # issued first: program order within the group
+        lane_ops = elems * DIV_FULL_FMA_SLOTS + (rows * SINK_LANE_OPS if self.folds_sink else 0.0)
+        fma = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=lane_ops * FLOP_PER_LANE_OP, name=name)
+        nodes = [fma, self.b.node(group, Op.EXP, Unit.SFU, work=elems, name=f"rcp_{name}")]
+        link(self.b, [*sink, *([after] if isinstance(after, int) else after)], nodes)
+        return nodes
 
-    def normalize(self, group: int, rows: int, name: str) -> int:
-        """O / row sum at the end (and the log-sum-exp of each row)."""
-        return self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=rows * (self.head_dim_v + 4) * FLOP_PER_LANE_OP,
-                           name=name)
+    def normalize(self, group: int, rows: int, name: str, after: int | list[int]) -> int:
+        """O / row sum at the end (and the log-sum-exp of each row), once `after` (the last P V or the O read
+        back) completes; with sinks, the sink logit is folded in first (`sink`)."""
+        sink = self.sink(group, rows, name, after)  # issued first: program order within the group
+        lane_ops = self.head_dim_v + 4 + (SINK_LANE_OPS if self.folds_sink else 0.0)
+        node = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=rows * lane_ops * FLOP_PER_LANE_OP, name=name)
+        link(self.b, [*sink, *([after] if isinstance(after, int) else after)], node)
+        return node
+
+    @property
+    def folds_sink(self) -> bool:
+        """This CTA adds each row's sink logit at its end: sinks, and not a K/V split (whose combine kernel
+        folds the sink in once: decode.combine)."""
+        return self.sinks and not self.split
+
+    def sink(self, group: int, rows: int, name: str, after: int | list[int]) -> list[int]:
+        """The sink logit of each row joining the softmax at the end (FlashAttention-3's finalize as vLLM runs
+        gpt-oss): m' = max(m, sink), l' = l exp2(m - m') + exp2(sink - m'): SINK_EXPS MUFU.EX2 per row and
+        SINK_LANE_OPS FMA-pipe instructions, which the caller's normalising node carries. The exponentials join
+        the group's last exponential node (the same pipe, a few more per row than its block's scores; a node
+        of their own would charge a pipe latency and a tensor-exclusion wait for a handful of instructions);
+        a group that wrote none gets a node, returned for the normaliser to wait on."""
+        if not self.folds_sink:
+            return []
+        last = self._last_exp.get(group)
+        if last is not None:
+            self.b.add_work(last, rows * SINK_EXPS)
+            return []
+        ex = self.b.node(group, Op.EXP, Unit.SFU, work=rows * SINK_EXPS, name=f"sink_exp_{name}")
+        link(self.b, after, ex)
+        return [ex]
 
     def tmem(self, group: int, op: Op, rows: int, cols: int, nbytes_per: float, name: str,
              fraction: float = 1.0) -> int:

@@ -114,7 +114,7 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
 
     first_block, n_blocks, _ = blocks(shape)  # the longest sequence sets the split count and length
     packed = AttnShape(shape.batch, shape.heads_kv, shape.heads_kv, rows, shape.seq_kv, shape.head_dim,
-                       shape.causal, shape.dtype, shape.dv)
+                       shape.causal, shape.dtype, shape.dv, softcap=shape.softcap, sinks=shape.sinks)
     slots = hw.sms * occupancy(hw, threads(cfg), cfg.regs_per_thread, smem_bytes(cfg, packed))
     ctas = shape.batch * shape.heads_kv * mblocks
     splits = num_splits or split_heuristic(ctas, slots, n_blocks)
@@ -152,7 +152,8 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
              "seq_kv": shape.seq_kv, "head_dim": shape.head_dim, "dtype": shape.dtype.name.lower(),
              "packed_rows": rows, "launches": 2 if splits > 1 else 1,
              **({"varlen": True, "total_kv": sum(s.seq_kv for s in per_seq)} if kv_lens is not None else {}),
-             **({"window": shape.binding_window} if shape.binding_window else {})}
+             **({"window": shape.binding_window} if shape.binding_window else {}),
+             **({"softcap": shape.softcap} if shape.softcap else {}), **({"sinks": True} if shape.sinks else {})}
     window = f"_window{shape.binding_window}" if shape.binding_window else ""
     name = f"flash_decode_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
     if kv_lens is not None:
@@ -162,7 +163,8 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     kernels = [KernelGraph(f"{name}_d{shape.head_dim}{window}_split{splits}", tuple(classes),
                            flops=flops, dram_bytes=split_io, attrs=attrs)]
     if splits > 1:
-        kernels.append(combine(out_rows, shape.dv, splits, OUT_DTYPE.get(shape.dtype, shape.dtype), hw))
+        kernels.append(combine(out_rows, shape.dv, splits, OUT_DTYPE.get(shape.dtype, shape.dtype), hw,
+                               sinks=shape.sinks))
     return kernels
 
 
@@ -184,9 +186,11 @@ def empty_split(cfg: AttnConfig, packed: AttnShape) -> TileGraph:
     return b.build()
 
 
-def combine(rows: int, dv: int, splits: int, out_dtype: DType, hw: GpuProfile) -> KernelGraph:
+def combine(rows: int, dv: int, splits: int, out_dtype: DType, hw: GpuProfile, sinks: bool = False) -> KernelGraph:
     """Merge split partials (FlashAttention's splitkv combine): per block of rows, read every split's
-    log-sum-exp, form the weights exp(lse_s - lse), and accumulate the weighted FP32 partials."""
+    log-sum-exp, form the weights exp(lse_s - lse), and accumulate the weighted FP32 partials. With attention
+    sinks the sink logit joins each row's log-sum-exp here, once (one more exponential and a max-and-sum step
+    per row)."""
     if splits < 2:
         raise ValueError(f"combine needs at least 2 splits, got {splits}")
     rm = min(COMBINE_ROWS, rows)
@@ -194,8 +198,9 @@ def combine(rows: int, dv: int, splits: int, out_dtype: DType, hw: GpuProfile) -
     g = b.group("warps", 0, 4, role="ldg+combine+stg")
     lse = TileDesc(Space.GLOBAL, DType.FP32, (splits, rm), "LSE", (aff(), aff(r=1)))
     ld_lse = b.node(g, Op.LDG, Unit.LDST, work=lse.nbytes, tile=lse, name="ldg_lse")
-    weights = b.node(g, Op.EXP, Unit.SFU, work=float(splits * rm), name="exp_weights")
-    scale = b.node(g, Op.ELEMENTWISE, Unit.FMA, work=4.0 * splits * rm * FLOP_PER_LANE_OP, name="lse_max_sum")
+    terms = splits + int(sinks)  # the sink is one more term of every row's log-sum-exp
+    weights = b.node(g, Op.EXP, Unit.SFU, work=float(terms * rm), name="exp_weights")
+    scale = b.node(g, Op.ELEMENTWISE, Unit.FMA, work=4.0 * terms * rm * FLOP_PER_LANE_OP, name="lse_max_sum")
     for n in (weights, scale):
         b.data(ld_lse, n)
     prev = [weights, scale]
@@ -216,7 +221,8 @@ def combine(rows: int, dv: int, splits: int, out_dtype: DType, hw: GpuProfile) -
                    regs_per_thread=64, smem_bytes=0)
     io = splits * rows * (dv + 1) * 4.0 + rows * dv * out_dtype.nbytes
     return KernelGraph(f"flash_decode_combine_r{rows}_d{dv}_split{splits}", (cls,), flops=0.0, dram_bytes=io,
-                       attrs={"template": "flash_decode/combine", "splits": splits, "rows": rows, "head_dim_v": dv})
+                       attrs={"template": "flash_decode/combine", "splits": splits, "rows": rows, "head_dim_v": dv,
+                              **({"sinks": True} if sinks else {})})
 
 
 def flash_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile, head_dim: int = 576,

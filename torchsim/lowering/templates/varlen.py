@@ -139,6 +139,22 @@ def kv_tokens(call: KernelCall) -> int:
     return int(call.p("batch")) * int(call.p("seq_kv"))
 
 
+def cached_kv_tokens(call: KernelCall) -> int:
+    """K/V tokens the cache holds for an attention call's sequences and its kernels read from it: under a sliding
+    window the last `window` keys of each sequence (vLLM's hybrid KV-cache manager frees the blocks that leave a
+    sliding layer's window; HF's sliding-window cache is one window long), else every key (kv_tokens)."""
+    window = int(call.p("window", 0) or 0)
+    if window <= 0:
+        return kv_tokens(call)
+    if call.p("kv_lens", ()):
+        lens = [int(k) for k in call.p("kv_lens")]
+    elif call.p("seqs", ()):
+        lens = [int(kv) for _, kv in call.p("seqs")]
+    else:
+        lens = [int(call.p("seq_kv"))] * int(call.p("batch"))
+    return sum(min(n, window) for n in lens)
+
+
 def not_on_tensix(call: KernelCall, hw_name: str) -> None:
     """Raise NotModelledError for a varlen call on a Tensix profile."""
     if is_varlen(call):
