@@ -108,3 +108,22 @@ def test_mistral_decode_reads_and_holds_one_window_of_kv() -> None:
     assert _kv_bytes(plan) == pytest.approx(4096 * per_token)
     short = plan_model(build_model(cfg), batch=1, q_len=1, past_len=2047)
     assert _kv_bytes(short) == pytest.approx(2048 * per_token)  # shorter than the window: every key
+
+
+def test_an_moe_decode_floor_counts_only_the_experts_it_routes_to() -> None:
+    """A batch-1 decode step of a top-2-of-8 MoE reads 2 of each layer's 8 experts: the HBM floor leaves the
+    other 6 out (it counted every expert, so an MoE step could come out 'faster than its floor')."""
+    import torchsim
+    from torchsim.lowering.plan import plan_model
+    from torchsim.models.registry import build_model, get_config
+    from torchsim.prediction.pipeline import _expert_bytes, _idle_expert_bytes
+
+    cfg = get_config("mixtral-tiny")
+    step = plan_model(build_model(cfg), batch=1, q_len=1, past_len=64)
+    experts, idle = _expert_bytes(step), _idle_expert_bytes(step)
+    assert experts > 0
+    per_layer = [c.p("tokens_per_expert") for c in step.calls if c.kind is KernelKind.GROUPED_GEMM]
+    assert all(sum(1 for t in tpe if t) == 2 and len(tpe) == 8 for tpe in per_layer)
+    assert idle == pytest.approx(experts * 6 / 8)
+    p = torchsim.predict("mixtral-tiny", hw="h100-sxm", prompt_len=64, decode_steps=4, workers=1)
+    assert all(p.tpot_s >= f for f in p.hbm_floor_s)

@@ -209,7 +209,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
                     for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
 
-    floors = [(w_bytes + _kv_bytes(p)) / prof.dram_bytes_per_s_value for p in plans[1:]]
+    floors = [(max(0.0, w_bytes - _idle_expert_bytes(p)) + _kv_bytes(p)) / prof.dram_bytes_per_s_value
+              for p in plans[1:]]
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
         *(f"approximated: {a}" for a in entry.approximations),  # models.config_fields
@@ -526,6 +527,14 @@ def _has_experts(cfg: Any) -> bool:
 def _expert_bytes(plan: KernelPlan) -> float:
     """Weight bytes of the MoE experts a plan's grouped GEMMs read (each expert's n x k per GEMM)."""
     return float(sum(len(c.p("tokens_per_expert")) * c.p("n") * c.p("k") * c.dtype.nbytes
+                     for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
+
+
+def _idle_expert_bytes(plan: KernelPlan) -> float:
+    """Weight bytes of the MoE experts a plan's grouped GEMMs route no token to: a decode step does not read
+    them, so the HBM floor does not count them (a batch-1 step of a top-4-of-32 model reads an eighth of its
+    experts)."""
+    return float(sum(sum(1 for t in c.p("tokens_per_expert") if not t) * c.p("n") * c.p("k") * c.dtype.nbytes
                      for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
 
 
