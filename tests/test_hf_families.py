@@ -1,6 +1,8 @@
 """Causal LMs torchsim has no own family for are built by HF transformers from their public config.json (in
 tests/data/hf_configs, no weights): the captured GEMM FLOPs of a prefill step and the weight bytes match an
-analytic count from the config within 1%, and what capture cannot take from the model is named."""
+analytic count from the config within 1%, and what capture cannot take from the model is named. The public
+configs of the families torchsim defines itself (tests/data/model_configs: Llama 3.2 with tied embeddings,
+Llama 3.3, Mistral) meet the same count."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from torchsim.lowering.precision import WeightPrecision, weight_bytes  # noqa: E
 from torchsim.models.registry import build_model, get_config  # noqa: E402
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+OWN_CONFIGS = Path(__file__).parent / "data" / "model_configs"  # read into torchsim's own Llama definition
 TOKENS = 64
 
 
@@ -91,7 +94,27 @@ def test_captured_flops_and_weight_bytes_match_the_config(path: Path) -> None:
     data = json.loads(path.read_text())
     cfg = get_config(path, approximate=True)
     assert cfg.name == path.stem and cfg.model_type == data["model_type"]
-    model = build_model(cfg)
+    _assert_counts(build_model(cfg), data)
+
+
+@pytest.mark.parametrize("path", sorted(OWN_CONFIGS.glob("*.json")), ids=lambda p: p.stem)
+def test_own_family_configs_match_the_count_too(path: Path) -> None:
+    _assert_counts(build_model(get_config(path)), json.loads(path.read_text()))
+
+
+def test_tied_embeddings_drop_the_lm_head_weights() -> None:
+    """Llama 3.2 1B ties its LM head to the embedding: 1.24 B parameters, not 1.50 B (the head still runs)."""
+    path = OWN_CONFIGS / "llama-3.2-1b.json"
+    data = json.loads(path.read_text())
+    assert data["tie_word_embeddings"] is True
+    wb = weight_bytes(build_model(get_config(path)), WeightPrecision.MODEL)
+    assert wb / 2 == pytest.approx(1.236e9, rel=0.01)
+    untied = {**data, "tie_word_embeddings": False}
+    assert _count(untied)[0] - _count(data)[0] == data["vocab_size"] * data["hidden_size"]
+
+
+def _assert_counts(model: Any, data: dict[str, Any]) -> None:
+    """Weight bytes and a TOKENS-token prefill's GEMM FLOPs of `model` within 1% of _count(config)."""
     params, flops = _count(data)
     assert weight_bytes(model, WeightPrecision.MODEL) == pytest.approx(2 * params, rel=0.01)
     plan._plan_graph.cache_clear()

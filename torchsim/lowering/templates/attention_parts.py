@@ -172,20 +172,20 @@ class AttnWriter:
         MUFU.RCP and DIV_FULL_FMA_SLOTS FMA-pipe instructions per element, side by side; both read O, once
         `after` completes (and the sink logit is folded in, with sinks)."""
         elems = rows * self.head_dim_v
-        sink = self.sink(group, rows, name, after)  # issued first: program order within the group
+        waits = self.sink(group, rows, name, after)  # issued first: program order within the group
         lane_ops = elems * DIV_FULL_FMA_SLOTS + (rows * SINK_LANE_OPS if self.folds_sink else 0.0)
         fma = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=lane_ops * FLOP_PER_LANE_OP, name=name)
         nodes = [fma, self.b.node(group, Op.EXP, Unit.SFU, work=elems, name=f"rcp_{name}")]
-        link(self.b, [*sink, *([after] if isinstance(after, int) else after)], nodes)
+        link(self.b, waits, nodes)
         return nodes
 
     def normalize(self, group: int, rows: int, name: str, after: int | list[int]) -> int:
         """O / row sum at the end (and the log-sum-exp of each row), once `after` (the last P V or the O read
         back) completes; with sinks, the sink logit is folded in first (`sink`)."""
-        sink = self.sink(group, rows, name, after)  # issued first: program order within the group
+        waits = self.sink(group, rows, name, after)  # issued first: program order within the group
         lane_ops = self.head_dim_v + 4 + (SINK_LANE_OPS if self.folds_sink else 0.0)
         node = self.b.node(group, Op.ELEMENTWISE, Unit.FMA, work=rows * lane_ops * FLOP_PER_LANE_OP, name=name)
-        link(self.b, [*sink, *([after] if isinstance(after, int) else after)], node)
+        link(self.b, waits, node)
         return node
 
     @property
@@ -200,16 +200,17 @@ class AttnWriter:
         SINK_LANE_OPS FMA-pipe instructions, which the caller's normalising node carries. The exponentials join
         the group's last exponential node (the same pipe, a few more per row than its block's scores; a node
         of their own would charge a pipe latency and a tensor-exclusion wait for a handful of instructions);
-        a group that wrote none gets a node, returned for the normaliser to wait on."""
+        a group that wrote none gets a node. Returns what the normaliser waits on: `after`, and that node."""
+        waits = [after] if isinstance(after, int) else list(after)
         if not self.folds_sink:
-            return []
+            return waits
         last = self._last_exp.get(group)
         if last is not None:
             self.b.add_work(last, rows * SINK_EXPS)
-            return []
+            return waits
         ex = self.b.node(group, Op.EXP, Unit.SFU, work=rows * SINK_EXPS, name=f"sink_exp_{name}")
         link(self.b, after, ex)
-        return [ex]
+        return [ex, *waits]
 
     def tmem(self, group: int, op: Op, rows: int, cols: int, nbytes_per: float, name: str,
              fraction: float = 1.0) -> int:

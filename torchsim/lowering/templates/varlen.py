@@ -130,13 +130,18 @@ def _consistent(call: KernelCall, batch: int, seq_kv: int, seq_q: int | None) ->
                              "with varlen_prefill_call / varlen_decode_call")
 
 
-def kv_tokens(call: KernelCall) -> int:
-    """K/V tokens an attention call reads over its batch: the sum of its sequences' lengths, or batch x seq_kv."""
+def kv_lengths(call: KernelCall) -> list[int]:
+    """Each sequence's K/V length in an attention call: its kv_lens or seqs, or batch x seq_kv."""
     if call.p("kv_lens", ()):
-        return sum(int(k) for k in call.p("kv_lens"))
+        return [int(k) for k in call.p("kv_lens")]
     if call.p("seqs", ()):
-        return sum(int(kv) for _, kv in call.p("seqs"))
-    return int(call.p("batch")) * int(call.p("seq_kv"))
+        return [int(kv) for _, kv in call.p("seqs")]
+    return [int(call.p("seq_kv"))] * int(call.p("batch"))
+
+
+def kv_tokens(call: KernelCall) -> int:
+    """K/V tokens an attention call reads over its batch: the sum of its sequences' lengths."""
+    return sum(kv_lengths(call))
 
 
 def cached_kv_tokens(call: KernelCall) -> int:
@@ -144,15 +149,7 @@ def cached_kv_tokens(call: KernelCall) -> int:
     window the last `window` keys of each sequence (vLLM's hybrid KV-cache manager frees the blocks that leave a
     sliding layer's window; HF's sliding-window cache is one window long), else every key (kv_tokens)."""
     window = int(call.p("window", 0) or 0)
-    if window <= 0:
-        return kv_tokens(call)
-    if call.p("kv_lens", ()):
-        lens = [int(k) for k in call.p("kv_lens")]
-    elif call.p("seqs", ()):
-        lens = [int(kv) for _, kv in call.p("seqs")]
-    else:
-        lens = [int(call.p("seq_kv"))] * int(call.p("batch"))
-    return sum(min(n, window) for n in lens)
+    return sum(min(n, window) if window > 0 else n for n in kv_lengths(call))
 
 
 def not_on_tensix(call: KernelCall, hw_name: str) -> None:
