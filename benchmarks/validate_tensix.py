@@ -5,8 +5,9 @@ read-bandwidth microbenchmark rows, plus held-out rows of the same report that a
 predicts each with torchsim and prints a table and MAPE per group and per timing method: device time against the
 report's device-profiler utilisation, host-visible time (launch.py `host_visible_s`) against its host timing.
 Out-of-box rows run on ttnn's own program-config selection (the template's default), manually tuned rows on the
-config tt-metal's benchmark sets for their shape (MANUAL_8x8). No Tensix number is fitted to these rows, so the
-in-sample and held-out figures are both out-of-sample (a leave-one-source-out split would print the same).
+config tt-metal's benchmark sets for their shape (MANUAL_8x8). One Tensix number is fitted to these rows:
+Blackhole's unpack_l1_bytes_per_clk, to the published p150 rows' device times (scripts/calibrate_unpack_blackhole.py);
+the held-out p150 rows are its test fold. Every Wormhole figure and the held-out ones are out-of-sample.
 Usage: python benchmarks/validate_tensix.py [--quick] [--no-held-out] [--csv PATH]
 """
 

@@ -79,3 +79,14 @@ def test_hw_show_prints_sources(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["hw", "show", "b200", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["fields"]["dram_latency_cycles"]["source"] == "published_dev.csv UBENCH-017"
+
+
+def test_hw_show_counts_the_calibrated_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    """The fitted parameters of a profile are counted and named, and each one's source names its rows."""
+    assert main(["hw", "show", "blackhole-p150", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    fitted = data["calibrated"]
+    assert fitted == [k for k, f in data["fields"].items() if f["kind"] == "calibrated"]
+    assert "unpack_l1_bytes_per_clk" in fitted and "GEMM-112" in data["fields"]["unpack_l1_bytes_per_clk"]["source"]
+    assert main(["hw", "show", "wormhole-n150"]) == 0
+    assert "0 calibrated" in capsys.readouterr().out.splitlines()[1]

@@ -64,3 +64,45 @@ def test_bad_program_config_names_what_does_not_divide():
         matmul(1024, 1024, 1024, DType.BF16, WH, config=MatmulConfig((8, 8), 4, 4, 3, 1, 1, "row", "col"))
     with pytest.raises(ValueError, match="program config needs 9x8 cores, more than the grid 8x8"):
         matmul(1024, 1024, 1024, DType.BF16, WH, config=MatmulConfig((9, 8), 4, 4, 4, 1, 1, "row", "col"))
+
+
+def _records(m: int, k: int, n: int, dtype: DType, fidelity: str, hw_name: str = "wormhole-n150"):  # type: ignore[no-untyped-def]
+    hw = get_profile(hw_name)
+    kg = matmul(m, n, k, dtype, hw, fidelity=fidelity)
+    return kg, simulate(kg, hw, record=True)
+
+
+def test_the_output_is_written_while_the_last_block_still_multiplies():
+    """tt-metal's writer sends each packed subblock of the last K block to DRAM at once: the first output write
+    of a core starts before that core's last math piece ends, and the pieces write the whole output once."""
+    kg, res = _records(3072, 4096, 3072, DType.BFP8_B, "LoFi")
+    cfg = kg.attrs["config"]
+    assert cfg["passes"] == 1 and cfg["per_core_m"] // cfg["subblock"][0] == 3  # three subblock rows -> 3 pieces
+    recs = [r for r in res.records if r.cta == 0]
+    writes = [r for r in recs if r.name.startswith("out_write")]
+    maths = [r for r in recs if r.name.startswith("matmul")]
+    assert len(writes) == 3
+    assert min(w.start for w in writes) < max(m.end for m in maths)
+    g = kg.classes[0].graph
+    assert sum(float(g.work[r.node]) for r in writes) == pytest.approx(12 * 12 * 1088)  # 12x12 bfp8_b tiles
+
+
+def test_a_one_subblock_tall_block_is_written_in_column_pieces():
+    kg, res = _records(1280, 3328, 3328, DType.BF16, "HiFi2", "blackhole-p150-13x10")
+    cfg = kg.attrs["config"]
+    assert cfg["per_core_m"] == cfg["subblock"][0]  # one subblock row
+    writes = [r for r in res.records if r.cta == 0 and r.name.startswith("out_write")]
+    assert len(writes) == 4  # 8 tile columns / 2 per subblock
+
+
+def test_blackhole_unpackers_keep_up_with_a_bf16_hifi2_matmul_where_wormhole_ones_do_not():
+    """At Wormhole's documented 64 B/clk a 4x2-subblock bf16 HiFi2 matmul is unpacker-bound (at most 80 % of the
+    FPU); Blackhole's calibrated 80 B/clk feeds the FPU."""
+    wh = get_profile("wormhole-n150")
+    bh = get_profile("blackhole-p150")
+    assert float(bh.unpack_l1_bytes_per_clk) > float(wh.unpack_l1_bytes_per_clk)
+    assert bh.unpack_l1_bytes_per_clk.kind == "calibrated"
+    _, r_wh = _records(4096, 4096, 4096, DType.BF16, "HiFi2")
+    _, r_bh = _records(5120, 6656, 6656, DType.BF16, "HiFi2", "blackhole-p150-13x10")
+    assert r_wh.bound == "unpacker" and r_wh.unit_busy["fpu"] < 0.8
+    assert r_bh.bound == "matrix FPU" and r_bh.unit_busy["fpu"] > 0.8

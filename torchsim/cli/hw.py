@@ -53,8 +53,9 @@ def _show(args: argparse.Namespace) -> int:
     device = SYSTEM_DEVICES.get(args.name.strip().lower())  # a device profile derived only for a system
     hw = system if system is not None else device if device is not None else get_profile(args.name)
     qs = _quantities(hw)
+    fitted = [k for k, q in qs.items() if q.kind == "calibrated"]
     if args.json:
-        out = {"name": hw.name, "arch": hw.arch.value, "numbers_hash": hw.numbers_hash(),
+        out = {"name": hw.name, "arch": hw.arch.value, "numbers_hash": hw.numbers_hash(), "calibrated": fitted,
                "fields": {k: {"value": q.value, "unit": q.unit, "kind": q.kind, "source": q.source}
                           for k, q in qs.items()}}
         if system is not None:
@@ -68,6 +69,8 @@ def _show(args: argparse.Namespace) -> int:
               f"link {system.link}, fabric {system.fabric}, "
               f"in-network reduction (NVLS) {'yes' if system.in_network_reduction else 'no'}, "
               f"LL128 {'yes' if system.ll128 else 'no'}")
+    print(f"  {len(fitted)} calibrated (fitted to measurements; each source names the rows): "
+          f"{', '.join(fitted) if fitted else 'none'}")
     width = max((len(k) for k in qs), default=10)
     for k, q in qs.items():
         print(f"  {k:<{width}}  {q.value:>14.6g} {q.unit:<14} {q.kind:<10} {q.source}")

@@ -7,7 +7,7 @@ the matrix unit, SFPU and Dst are "similar, but not identical"), never as a copy
 
 from __future__ import annotations
 
-from torchsim.hwmodels.quantity import Quantity, assumed, derived, doc
+from torchsim.hwmodels.quantity import Quantity, assumed, calibrated, derived, doc
 
 WH = "Wormhole-B0 (n150 / n300)"
 BH = "Blackhole-A0 (p150a/p150b/p100a)"
@@ -135,6 +135,18 @@ def blackhole_numbers() -> dict[str, Quantity]:
         "dram_bank_bytes_per_s": derived(64e9, "B/s", fact(BH, "dram.per_bank_bandwidth") + " (512 GB/s / 8)"),
         "dram_bytes": doc(32 * 2**30, "B", fact(BH, "dram.type_capacity")),
         "kernel_launch_cycles": assumed(2000, "cycles", "assumed: as Wormhole's ~1.5 us at the 1.35 GHz clock"),
+        # Blackhole's L1 is 'similar, but not identical' to Wormhole's (tt-isa-documentation BlackholeA0/TensixTile/
+        # L1.md) and no Blackhole page gives the unpackers' rate; Wormhole's 64 B/clk would cap a 4x2-subblock bf16
+        # HiFi2 matmul at 80 % of the FPU, below the 87 % the p150 rows measure
+        "unpack_l1_bytes_per_clk": calibrated(80, "B/clk", "scripts/calibrate_unpack_blackhole.py: fitted to the "
+                                              "device-profiler times of published_dev.csv GEMM-100, GEMM-102, "
+                                              "GEMM-105, GEMM-109, GEMM-112, GEMM-115, GEMM-118, GEMM-120, GEMM-121, "
+                                              "GEMM-122, GEMM-123 (p150 13x10, loss 0.166 at 64 B/clk, 0.079 at 80, "
+                                              "flat above: the rows bound the rate from below); held out: the same "
+                                              "report's 9 p150 11x10 rows, MAPE 15.9 % at 64 -> 6.0 % at 80. 80 B/clk "
+                                              "is Wormhole's documented port limit of both unpackers together (five "
+                                              "128-bit L1 reads per cycle, tt-isa-documentation WormholeB0/"
+                                              "TensixTile/L1.md §Unpackers)"),
     }
 
 

@@ -78,6 +78,15 @@ def subblock(block_h: int, block_w: int, limit: int = 8, w_equals_block: bool = 
     return 1, 1
 
 
+# Pieces the output-finishing block is split into (at most; a divisor of its subblock rows): enough for the
+# writes of all but the last piece to overlap the block's remaining math, few enough to keep graphs small.
+LAST_BLOCK_PARTS = 4
+
+
+def _last_block_parts(sub_rows: int) -> int:
+    return max(d for d in range(1, min(LAST_BLOCK_PARTS, sub_rows) + 1) if sub_rows % d == 0)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -247,7 +256,8 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     routes: list[dict[str, object]] = []
     a_name, b_name, c_name = f"{prefix}A", f"{prefix}B", f"{prefix}C"
     mm_nodes: list[int] = []
-    up_nodes: list[int] = []
+    up_nodes: list[int] = []  # the last unpack node of each K step
+    block_mm: list[int] = []  # the last math node of each K step
     pk = -1
     gx = cfg.grid[0]
     nbh, nbw = cfg.blocks_h, cfg.blocks_w
@@ -271,42 +281,58 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
         routes.append({"node": r1, "noc": 0, "mcast": cfg.mcast_in1, "page_bytes": tile_bytes(in1),
                        "pages_w": nt, "block": [bw, pn]})
         if step >= 2:  # double-buffered CBs: a slot is free again once its block is unpacked and multiplied
-            for done in (up_nodes[step - 2], mm_nodes[step - 2]):
+            for done in (up_nodes[step - 2], block_mm[step - 2]):
                 b.data(done, r0)
                 b.data(done, r1)
         # without packer L1 accumulation the partials spilled to the intermediate CB are unpacked back
         reload = pm * pn if blk and not packer_l1_acc else 0
         unpacked = nsub * cost.matmul_unpack_work(in0, in1, cfg.sub_h, cfg.sub_w, bw) + \
             cost.unpack_work(DType.BF16, reload)
-        up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked, name=f"unpack{step}")
-        b.data(r0, up)
-        b.data(r1, up)
-        if mm_nodes:  # Src registers: the unpacker runs at most a block ahead of the FPU
-            b.data(mm_nodes[-1], up)
         flops = 2.0 * pm * pn * bw * 32 ** 3
-        mm = b.node(math, Op.MMA, Unit.FPU, cost.fpu_node_work(flops, nsub * (bw + (2 if reload else 1))),
-                    name=f"matmul{step}")
-        # unpack and math of a block run in lockstep, tile by tile through the double-banked SrcA/SrcB (the
-        # unpacker fills one bank while the FPU reads the other): the block's math starts with its unpacking
-        # (an order edge, released at issue) and the block is done when both are
-        b.order(up, mm)
-        mm_nodes.append(mm)
-        up_nodes.append(up)
+        mm_work = cost.fpu_node_work(flops, nsub * (bw + (2 if reload else 1)))
         last = blk == nblocks - 1
         if packer_l1_acc and nblocks > 1:  # partials accumulated in L1; the last block also packs the result
             work = cost.pack_work(DType.BF16, pm * pn) * (float(hw.packer_l1_acc_cycles) if blk else 1.0)
             work += cost.pack_work(out, pm * pn) if last else 0.0
         else:
             work = cost.pack_work(out if last else DType.BF16, pm * pn)
-        pk = b.node(pack, Op.PACK, Unit.PACKER, work, name=f"pack{step}")
-        b.data(mm, pk)
-        b.data(up, pk)
-        if last:
-            tc = TileDesc(Space.GLOBAL, out, (pm * 32, pn * 32), c_name, (row_of, col_of))
-            wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, pm * pn * tile_bytes(out), tc, f"out_write{ob}")
-            b.data(pk, wr)
-            routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(out), "pages_w": nt,
-                           "block": [pm, pn]})
+        # the block's subblocks are multiplied and packed one after another; in the block that finishes the
+        # output the writer sends each subblock row to DRAM as soon as it is packed (tt-metal's writer waits on
+        # the output CB per subblock), so that block runs as `parts` pieces whose writes overlap the rest
+        # (pieces of subblock rows; a block one subblock tall is cut into pieces of subblock columns)
+        by_rows = pm // cfg.sub_h > 1
+        parts = _last_block_parts(pm // cfg.sub_h if by_rows else pn // cfg.sub_w) if last else 1
+        for part in range(parts):
+            up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked / parts,
+                        name=f"unpack{step}" + (f".{part}" if parts > 1 else ""))
+            b.data(r0, up)
+            b.data(r1, up)
+            if mm_nodes:  # Src registers: the unpacker runs at most a block (piece) ahead of the FPU
+                b.data(mm_nodes[-1], up)
+            mm = b.node(math, Op.MMA, Unit.FPU, mm_work / parts,
+                        name=f"matmul{step}" + (f".{part}" if parts > 1 else ""))
+            # unpack and math of a block run in lockstep, tile by tile through the double-banked SrcA/SrcB (the
+            # unpacker fills one bank while the FPU reads the other): the block's math starts with its unpacking
+            # (an order edge, released at issue) and the block is done when both are
+            b.order(up, mm)
+            mm_nodes.append(mm)
+            pk = b.node(pack, Op.PACK, Unit.PACKER, work / parts,
+                        name=f"pack{step}" + (f".{part}" if parts > 1 else ""))
+            b.data(mm, pk)
+            b.data(up, pk)
+            if last:
+                rows, cols = (pm // parts, pn) if by_rows else (pm, pn // parts)
+                r_part, c_part = (parts, 1) if by_rows else (1, parts)
+                coord = (aff(oh * r_part + part * (r_part > 1), **{k: v * r_part for k, v in m_of.items()}),
+                         aff(ow * c_part + part * (c_part > 1), **{k: v * c_part for k, v in n_of.items()}))
+                tc = TileDesc(Space.GLOBAL, out, (rows * 32, cols * 32), c_name, coord)
+                wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, rows * cols * tile_bytes(out), tc,
+                            f"out_write{ob}" + (f".{part}" if parts > 1 else ""))
+                b.data(pk, wr)
+                routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(out),
+                               "pages_w": nt, "block": [rows, cols]})
+        up_nodes.append(up)
+        block_mm.append(mm)
     b.attrs.update({"noc": routes, "cbs": {cb.name: cb.nbytes for cb in cbs}})
     graph = b.build()
     gxu, gyu = cfg.grid
