@@ -187,3 +187,41 @@ def test_tensor_energy_inverts_power_with_the_active_term() -> None:
     e = tensor_energy_for_clock(hw, w, 1.32e9)
     fitted = dataclasses.replace(hw, tensor_pj_per_flop_bf16=assumed(e, "pJ/FLOP", "test"))
     assert power_w(fitted, w, 1.32e9) == pytest.approx(float(hw.power_limit_w.value))
+
+
+def _fake_kernel(hw, flops: float, dram: float, compute_cycles: float, floor_s: float):  # type: ignore[no-untyped-def]
+    """run(profile) -> KernelResult of a kernel whose time is max(compute_cycles / f, floor_s): bound by another
+    unit at boost (its time barely moves as the clock drops) and by the tensor pipe below a knee, the shape whose
+    a + b/f refit overshoots downwards."""
+    from torchsim.sim.result import KernelResult
+
+    def run(h):  # type: ignore[no-untyped-def]
+        f = h.clock_hz_value
+        t = max(compute_cycles / f, floor_s)
+        busy = compute_cycles / f / t
+        return KernelResult("fake", h.name, int(round(t * f)), f, flops, dram, 0.0, {"tensor": busy}, {}, "tensor",
+                            1.0, hw.sms, 1, 1, attrs={"sms": hw.sms})
+    return run
+
+
+def test_the_sustained_clock_lands_on_the_limit_when_the_refit_undershoots() -> None:
+    """A kernel whose time is flat above a knee clock and 1/f below it: the 1/f guess overshoots the limit, the
+    a + b/f refit then undershoots it; the clock between the two runs is tried, so the kernel ends within the
+    tolerance of the limit, at the highest clock whose power meets it (what bisection on the same kernel gives)."""
+    from torchsim.sim.sustained import TOLERANCE, at_clock, result_work, sustain
+
+    hw = get_profile("h100-sxm")
+    limit = float(hw.power_limit_w.value)
+    run = _fake_kernel(hw, flops=1.1e15, dram=4e8, compute_cycles=2.6e6, floor_s=1.45e-3)
+    res = sustain(run, hw, DType.BF16)
+    assert res.clock_reason.startswith("power-limited")
+    assert abs(res.power_w - limit) <= TOLERANCE * limit, res.clock_reason
+
+    def p(f: float) -> float:
+        return power_w(hw, result_work(DType.BF16, hw, run(at_clock(hw, f, "probe"))))
+
+    lo, hi = float(hw.clock_min_hz.value), float(hw.clock_max_hz.value)
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if p(mid) <= limit else (lo, mid)
+    assert res.clock_hz == pytest.approx(lo, rel=0.01)

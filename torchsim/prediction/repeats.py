@@ -179,43 +179,99 @@ class Extrapolator:
         self.family = family
         self.outcome = Outcome()
         self.first: Any = None  # the extrapolation at the first clock
-        self.reference: dict[str, int] = {}  # the reference instance's sizes (middle samples)
-        self.ref_result: Any = None
-        self.memo: dict[tuple[Any, ...], tuple[dict[str, float], Any, dict[str, int], Any]] = {}
+        # (dimension, outer sizes) -> the window the first call accepted: ("line", xs) or ("quad", xs, fit, largest)
+        self.rules: dict[tuple[str, tuple[tuple[str, int], ...]], tuple[Any, ...]] = {}
+        self.memo: dict[tuple[Any, ...], tuple[dict[str, float], Any]] = {}
+        # the samples run at each clock: (clock, sizes -> (vector, result))
+        self.clocks: list[tuple[float, dict[tuple[tuple[str, int], ...], tuple[dict[str, float], Any]]]] = []
+        self._clock: float | None = None
+        self._ran: dict[tuple[tuple[str, int], ...], tuple[dict[str, float], Any]] = {}
 
-    def __call__(self, run: Callable[[KernelGraph, float], Any]) -> Any:
-        """The full kernel extrapolated from truncated instances run by `run`. A later call (the same kernel at
-        another clock, `run` simulating there) reruns only the reference instance — the middle sample of each
-        dimension — and scales the first result by how much that instance's time changed: a clock changes what
-        each repeat costs alike in a truncated and in the full kernel (a repeat bound by DRAM gets cheaper in
-        cycles at a lower clock, one bound by the tensor pipe does not), and the truncated main loop sees the same
-        L2 hits per iteration (Family.l2_share)."""
+    def __call__(self, run: Callable[[KernelGraph, float], Any], clock_hz: float | None = None) -> Any:
+        """The full kernel extrapolated from truncated instances run by `run` (simulating at `clock_hz`, when
+        given). A later call (the same kernel at another clock) repeats the extrapolation the first call settled
+        on, without its search: the two samples of each linear dimension's accepted window (a clock changes what
+        each repeat costs differently at 3 and at 16 waves of a power-limited GEMM: a repeat bound by DRAM gets
+        cheaper in cycles at a lower clock, one bound by the tensor pipe does not, and their mix moves along the
+        dimension), and the largest sample of a quadratic dimension, whose five-point fit is scaled by that
+        sample's change. A clock between two clocks whose samples ran (the power model's refinements) interpolates
+        each sample in 1/f between those runs instead of running it again. The truncated main
+        loops see the same L2 hits per iteration (Family.l2_share)."""
         if self.first is None:
-            vec, largest, self.reference, self.ref_result = self._measure(run, self.family.dims, {})
+            vec, largest = self._measure(run, self.family.dims, {})
             self.first = self._result(vec, largest)
+            self.clocks.append((float(largest.clock_hz), {k[1]: v for k, v in self.memo.items() if k[0] == 0}))
             self.memo.clear()
             return self.first
-        r = run(self.family.build(self.reference), self.family.l2_share(self.reference))
-        self.outcome.events += int(r.node_events)
-        self.outcome.sims += 1
-        scale = r.cycles / max(1, self.ref_result.cycles)
-        f = self.first
-        cycles = max(1, int(round(f.cycles * scale)))
-        busy = {u: min(1.0, b * f.cycles / cycles) for u, b in f.unit_busy.items()}
-        from torchsim.sim.summary import _bound
+        before = self.outcome.sims
+        memo: dict[tuple[Any, ...], tuple[dict[str, float], Any]] = {}
+        self._clock, self._ran = clock_hz, {}
+        vec, r = self._remeasure(run, self.family.dims, {}, memo)
+        if self._ran:
+            self.clocks.append((float(r.clock_hz), self._ran))
+        res = self._result(vec, r)
+        ran = self.outcome.sims - before
+        how = f"re-extrapolated from {ran} samples" if ran else "its samples interpolated between two clocks run"
+        attrs = {**res.attrs, "extrapolation": res.attrs["extrapolation"] + f"; at {r.clock_hz / 1e9:.3f} GHz: {how}"}
+        return replace(res, attrs=attrs)
 
-        attrs = {**f.attrs, "extrapolation": f.attrs["extrapolation"]
-                 + f"; at {r.clock_hz / 1e9:.3f} GHz: x{scale:.4f}, the reference instance's change",
-                 "sim_events": self.outcome.events}
-        return replace(f, cycles=cycles, clock_hz=r.clock_hz, unit_busy=busy,
-                       stalls={k: v * scale for k, v in f.stalls.items()}, bound=_bound(busy) if busy else f.bound,
-                       attrs=attrs)
+    def _sample_at(self, sizes: tuple[tuple[str, int], ...]) -> tuple[dict[str, float], Any] | None:
+        """The sample at `sizes` at this call's clock, interpolated in 1/f between its runs at the two clocks around
+        it (its cycle counts as times: t = t1 + (t2 - t1)(1/f - 1/f1)/(1/f2 - 1/f1)); None when no two runs
+        bracket the clock and it has to be run."""
+        f = self._clock
+        runs = sorted((c for c in self.clocks if sizes in c[1]), key=lambda c: c[0])
+        pair = next(((lo, hi) for lo, hi in zip(runs, runs[1:]) if f is not None and lo[0] <= f <= hi[0]), None)
+        if pair is None or f is None:  # no two runs around f: interpolating past them misses a knee, so run it
+            return None
+        (f1, at1), (f2, at2) = pair
+        (v1, _), (v2, r2) = at1[sizes], at2[sizes]
+        w = (1.0 / f - 1.0 / f1) / (1.0 / f2 - 1.0 / f1)
+        vec = dict(v2)
+        for k in set(v1) | set(v2):
+            if k == "cycles" or k.startswith(("busy:", "stall:")):
+                t1, t2 = v1.get(k, 0.0) / f1, v2.get(k, 0.0) / f2
+                vec[k] = max(0.0, (t1 + (t2 - t1) * w) * f)
+        return vec, replace(r2, cycles=max(1, int(round(vec["cycles"]))), clock_hz=f)
+
+    def _remeasure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int],
+                   memo: dict[tuple[Any, ...], tuple[dict[str, float], Any]]) -> tuple[dict[str, float], Any]:
+        """(vector, largest sample's result) of the kernel at `sizes`, full in `dims`, by the rules the first
+        call accepted (`self.rules`), each sample run again by `run` or interpolated (`_sample_at`)."""
+        key = (len(dims), tuple(sorted(sizes.items())))
+        if key in memo:
+            return memo[key]
+        if not dims:
+            got = self._sample_at(key[1])
+            if got is None:
+                r = run(self.family.build(sizes), self.family.l2_share(sizes))
+                self.outcome.events += int(r.node_events)
+                self.outcome.sims += 1
+                got = (_vector(r), r)
+                self._ran[key[1]] = got
+            out: tuple[dict[str, float], Any] = got
+        else:
+            d, rest = dims[0], dims[1:]
+            rule = self.rules.get((d.name, key[1]))
+            if rule is None:  # the dimension was simulated in full
+                out = self._remeasure(run, rest, {**sizes, d.name: d.full}, memo)
+            elif rule[0] == "line":
+                xs = rule[1]
+                (v2, _), (v3, r3) = (self._remeasure(run, rest, {**sizes, d.name: x}, memo) for x in xs[1:])
+                out = (_line(v2, v3, xs[1], xs[2], d.full), r3)
+            else:  # quadratic: the first fit, scaled by its largest sample's change
+                xs, est, last = rule[1], rule[2], rule[3]
+                v, r = self._remeasure(run, rest, {**sizes, d.name: xs[-1]}, memo)
+                scale = v["cycles"] / max(1.0, last["cycles"])
+                out = ({k: (x * scale if k == "cycles" or k.startswith(("busy:", "stall:")) else x)
+                        for k, x in est.items()}, r)
+        memo[key] = out
+        return out
 
     def _measure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
-                 ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
-        """(extrapolated vector, largest sample's result, reference sizes, reference result) of the kernel at
-        `sizes` in the dimensions before `dims`, full in `dims`; the reference instance is the middle sample of
-        every dimension. Samples are memoised, so a window that slides reruns nothing."""
+                 ) -> tuple[dict[str, float], Any]:
+        """(extrapolated vector, largest sample's result) of the kernel at `sizes` in the dimensions before `dims`,
+        full in `dims`. Samples are memoised, so a window that slides reruns nothing."""
         key = (len(dims), tuple(sorted(sizes.items())))
         hit = self.memo.get(key)
         if hit is not None:
@@ -224,14 +280,14 @@ class Extrapolator:
             r = run(self.family.build(sizes), self.family.l2_share(sizes))
             self.outcome.events += int(r.node_events)
             self.outcome.sims += 1
-            out = (_vector(r), r, dict(sizes), r)
+            out = (_vector(r), r)
         else:
             out = self._extrapolate(run, dims, sizes)
         self.memo[key] = out
         return out
 
     def _extrapolate(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
-                     ) -> tuple[dict[str, float], Any, dict[str, int], Any]:
+                     ) -> tuple[dict[str, float], Any]:
         d, rest = dims[0], dims[1:]
         if d.order == 2:
             return self._extrapolate_quadratic(run, d, rest, sizes)
@@ -242,20 +298,20 @@ class Extrapolator:
                 continue  # the first window: a truncation worth making; the others: with the samples run so far,
                 # at most the full dimension
             used |= set(xs)
-            (v1, _, _, _), (v2, _, rs, rr), (v3, r3, _, _) = (self._measure(run, rest, {**sizes, d.name: x})
-                                                              for x in xs)
+            (v1, _), (v2, _), (v3, r3) = (self._measure(run, rest, {**sizes, d.name: x}) for x in xs)
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
             e23 = _line(v2, v3, xs[1], xs[2], d.full)
             dis = abs(e23["cycles"] - e12["cycles"]) / max(e23["cycles"], 1.0)
             if dis <= TOLERANCE and e23["cycles"] >= v3["cycles"]:
+                self.rules[(d.name, tuple(sorted(sizes.items())))] = ("line", xs)
                 self.outcome.sizes[d.name] = max(self.outcome.sizes.get(d.name) or xs, xs)
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
-                return e23, r3, rs, rr
+                return e23, r3
         self.outcome.full_dims.add(d.name)
         return self._measure(run, rest, {**sizes, d.name: d.full})
 
     def _extrapolate_quadratic(self, run: Callable[[KernelGraph, float], Any], d: Dim, rest: tuple[Dim, ...],
-                               sizes: dict[str, int]) -> tuple[dict[str, float], Any, dict[str, int], Any]:
+                               sizes: dict[str, int]) -> tuple[dict[str, float], Any]:
         """A quadratic dimension: samples at a, 2a, .. 5a; the least-squares parabolas through the first four
         and through the last four, evaluated at the full size, must agree within TOLERANCE (and not fall below
         the largest sample), and the one through all five is the answer. A single sample's makespan carries the
@@ -271,10 +327,10 @@ class Extrapolator:
             dis = abs(last["cycles"] - first["cycles"]) / max(last["cycles"], 1.0)
             est = _lsq_quad(vs, xs, x_full)
             if dis <= TOLERANCE and est["cycles"] >= vs[-1]["cycles"]:
+                self.rules[(d.name, tuple(sorted(sizes.items())))] = ("quad", xs, est, vs[-1])
                 self.outcome.sizes[d.name] = max(self.outcome.sizes.get(d.name) or xs, xs)
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
-                _, _, rs, rr = got[-1]  # the reference for another clock: the sample nearest the full kernel's mix
-                return est, got[-1][1], rs, rr
+                return est, got[-1][1]
         self.outcome.full_dims.add(d.name)
         return self._measure(run, rest, {**sizes, d.name: d.full})
 
@@ -676,7 +732,7 @@ def simulate_kernel(kernel: KernelGraph | Family, hw: Any, *, exact: bool = Fals
         res = sus(lambda h: sim(kg, h), hw, kg.classes[0].graph.dtype)
         return replace(res, attrs={**res.attrs, "method": "exact", "extrapolation": ""})
     ex = Extrapolator(fam)
-    return sus(lambda h: ex(lambda g, share: sim(g, l2_scaled(h, share))), hw, fam.dtype)
+    return sus(lambda h: ex(lambda g, share: sim(g, l2_scaled(h, share)), float(h.clock_hz_value)), hw, fam.dtype)
 
 
 def l2_scaled(hw: Any, share: float) -> Any:

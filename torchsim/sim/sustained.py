@@ -4,7 +4,9 @@ Wraps `torchsim.sim.simulate` without changing it: simulate at clock_max_hz; if 
 exceeds power_limit_w, solve for the clock that meets the limit (its time taken as 1/f) and simulate once more
 at that clock. Only when that run still overshoots the limit by more than `TOLERANCE` (a kernel partly bound by
 DRAM or by latencies slows less than 1/f) is the time refitted as a + b/f through the two runs and the kernel
-simulated a third time. The result carries the clock it ran at, its power and why.
+simulated a third time; when the last run lands more than `TOLERANCE` under the limit, once more at the clock
+where power, linear between it and the lowest run over the limit, meets it. The result carries the clock it ran
+at, its power and why.
 """
 
 from __future__ import annotations
@@ -88,13 +90,23 @@ def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity
     why = f"power-limited: {p:.0f} W at {f_max / 1e9:.3f} GHz over the {limit:.0f} W limit"
     res1 = run(at_clock(hw, f, why))
     p1 = power_w(hw, result_work(dtype, hw, res1), activity=activity)
+    f_over, p_over = f_max, p  # the lowest clock run so far that is over the limit
     fit = time_model(f_max, w.seconds, f, res1.time_s) if p1 > limit * (1 + TOLERANCE) else None
     if fit is not None:
         f2 = sustained_clock(hw, w, activity, fit)
         if f2 < f:
+            f_over, p_over = f, p1
             f = f2
             res1 = run(at_clock(hw, f, why))
             p1 = power_w(hw, result_work(dtype, hw, res1), activity=activity)
+    if p1 < limit * (1 - TOLERANCE) and f < f_over:  # under the limit by more than the tolerance: one more run at
+        # the clock where power, linear in the clock between this run and the lowest one over the limit, meets it
+        # (a kernel whose time is flat above a knee clock and 1/f below it fits a + b/f badly); kept when within it
+        f3 = f + (limit - p1) * (f_over - f) / (p_over - p1)
+        res3 = run(at_clock(hw, f3, why))
+        p3 = power_w(hw, result_work(dtype, hw, res3), activity=activity)
+        if p3 <= limit * (1 + TOLERANCE):
+            f, res1, p1 = f3, res3, p3
     res = res1
     floor = " (the clock floor)" if f <= float(hw.clock_min_hz.value) else ""
     return replace(res, power_w=p1, clock_reason=f"power-limited: {p1:.0f} W at {f / 1e9:.3f} GHz{floor} "
