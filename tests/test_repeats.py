@@ -148,7 +148,8 @@ def test_an_extrapolation_at_a_later_clock_is_the_one_made_at_that_clock() -> No
     """The sustained-clock pass repeats the first pass's extrapolation (the same accepted windows) at the new
     clock, so it gives what an extrapolation made at that clock from the start gives: the clock changes a repeat's
     cost differently at 3 and at 16 waves, which scaling one reference instance missed (+3.5% on an 8-expert
-    grouped GEMM against its full simulation)."""
+    grouped GEMM against its full simulation). The outer dimension (waves) is extrapolated again, the inner one
+    (K) scaled by its largest sample's change, which costs ~0.5% here."""
     from torchsim.lowering.templates.grouped_gemm import grouped_gemm
     from torchsim.sim.sustained import at_clock
 
@@ -160,7 +161,8 @@ def test_an_extrapolation_at_a_later_clock_is_the_one_made_at_that_clock() -> No
     direct = repeats.simulate_kernel(kg, hw, exact_events=100_000,
                                      sustained=lambda run_at, h, dt: run_at(at_clock(h, f, "locked for the test")))
     assert direct.attrs["method"] == r.attrs["method"]
-    assert r.cycles == pytest.approx(direct.cycles, rel=2e-3)
+    assert r.cycles == pytest.approx(direct.cycles, rel=1e-2)
+    assert "re-extrapolated from 2 samples" in r.attrs["extrapolation"] or "interpolated" in r.attrs["extrapolation"]
 
 
 def test_a_sample_is_interpolated_only_between_two_clocks_it_ran_at() -> None:
