@@ -5,7 +5,8 @@
     python benchmarks/bench_extrapolation.py --reuse      calls interpolated along one size vs their full simulation
     python benchmarks/bench_extrapolation.py              all three
 
-The corpus (>= 40 kernels: GEMM, grouped GEMM, FA2/FA3/FA4 prefill, Flash-Decoding, FlashMLA, RMSNorm on the four
+The corpus (>= 40 kernels: GEMM, grouped GEMM, FA2/FA3/FA4 prefill (causal: long prompts and batches of short
+ones), Flash-Decoding, FlashMLA, RMSNorm on the four
 GPUs, and Tensix matmuls) is sized so that a full simulation is feasible. Each kernel is simulated twice through
 the prediction path (`simulate_launches`, sustained clock): with a small budget (`--budget`, so it is extrapolated
 where its template has a known repeating structure) and with `EXACT` (in full). Both run the same code, so the
@@ -68,6 +69,10 @@ def corpus() -> list[tuple[str, str, KernelCall]]:
     out.append(("attention prefill causal h32x32 32768", "h100-sxm",  # MHA: 4x the K/V in flight and in L2
                 KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=32, heads_kv=32, seq_q=32768,
                                 seq_kv=32768, head_dim=128, causal=True)))
+    for hw in ("h100-sxm", "b200"):  # a batch of short causal prompts: too few query blocks, the sequences repeat
+        out.append(("attention prefill causal b64 h32x8 2048", hw,
+                    KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=64, heads_q=32, heads_kv=8, seq_q=2048,
+                                    seq_kv=2048, head_dim=128, causal=True)))
     out.append(("attention prefill causal h32x8 24000 window 4096", "h100-sxm",
                 KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=1, heads_q=32, heads_kv=8, seq_q=24000,
                                 seq_kv=24000, head_dim=128, causal=True, window=4096)))

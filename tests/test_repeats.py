@@ -189,3 +189,25 @@ def test_a_sample_is_interpolated_only_between_two_clocks_it_ran_at() -> None:
     assert ex._sample_at(key) is None
     ex._clock = 1.7e9
     assert ex._sample_at((("waves", 4),)) is None  # a sample not run at both clocks
+
+
+def test_a_batch_of_short_causal_prompts_extrapolates_along_the_batch() -> None:
+    """A causal prefill with too few query blocks to sample along the sequence (1024 tokens: 8 blocks of 128) but
+    many sequences repeats along the batch: its extrapolation from a few sequences matches the full kernel's
+    cycles at the same clock."""
+    from torchsim.sim.sustained import at_clock
+
+    hw = get_profile("h100-sxm")
+    call = KernelCall.make(KernelKind.ATTENTION_PREFILL, batch=48, heads_q=32, heads_kv=8, seq_q=1024, seq_kv=1024,
+                           head_dim=128, causal=True)
+    fam = repeats.unbuilt_family(call, hw)
+    assert fam is not None and [d.name for d in fam.dims] == ["batch"]
+
+    def lock(run_at, h, dt):  # type: ignore[no-untyped-def]
+        return run_at(at_clock(h, 1.7e9, "locked for the test"))
+
+    ext = repeats.simulate_kernel(fam, hw, exact_events=20_000, sustained=lock)
+    full = repeats.simulate_kernel(fam.build({}), hw, exact=True, sustained=lock)
+    assert ext.attrs["method"] == "extrapolated-batch", ext.attrs["extrapolation"]
+    assert ext.cycles == pytest.approx(full.cycles, rel=0.01)
+    assert ext.attrs["sim_events"] < repeats.graph_events(fam.build({}))

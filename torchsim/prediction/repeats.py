@@ -660,8 +660,8 @@ def _causal_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph
     if start is None:  # CAUSAL_WAVES waves of CTAs in the smallest sample: j query blocks of batch x heads rows
         start = max(4, -(-CAUSAL_WAVES * slots // (shape.batch * shape.heads_q)))
     dim = Dim("seq", blocks, start, start, order=2, target=shape.seq_q / cfg.bm)
-    if not _windows(dim):
-        return None
+    if not _windows(dim):  # too few query blocks to sample: the sequences of a batch repeat instead
+        return _batch_family(shape, cfg, hw, full, slots)
     if events is None:  # the full kernel's node executions from three samples' (quadratic in the query blocks)
         xs = (start, 2 * start, 3 * start)
         fit = _lsq_quad([{"events": float(graph_events(build({"seq": j})))} for j in xs], xs, dim.target)
@@ -685,6 +685,42 @@ def _causal_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph
 
     return Family("attention", (dim,), build, events, flops, name, ctas, probe.classes[0].graph.dtype, attrs,
                   l2_share)
+
+
+BATCH_WAVES = 8  # the smallest batch sample of a causal prefill holds this many waves of CTAs (at 2, single
+# sequences' increments alternate by ~1% on H100: 113.1k, 114.2k, 112.6k cycles each; the windows never agreed)
+
+
+def _batch_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph] | None, slots: int
+                  ) -> Family | None:
+    """A causal prefill too short to sample along its query blocks (a 2048-token prompt: 16 blocks of 128) but
+    of many sequences: the batch repeats, every sequence the same mix of CTAs (batch x heads x query blocks), so
+    the kernel's counters are affine in the sequences past a few waves, sampled at a, 2a, 3a sequences (a: enough
+    for BATCH_WAVES waves of CTAs) and checked for a steady state like any linear dimension."""
+    from dataclasses import replace as dc_replace
+
+    from torchsim.lowering.templates.attention import attention, attention_header
+
+    blocks = -(-shape.seq_q // cfg.bm)
+    per_seq = shape.heads_q * blocks
+    start = max(1, -(-BATCH_WAVES * slots // per_seq))
+    dim = Dim("batch", shape.batch, start)
+    if not _windows(dim) or not _worth(dim):
+        return None
+    memo: dict[int, KernelGraph] = {}
+
+    def build(sizes: dict[str, int]) -> KernelGraph:
+        b = sizes.get("batch", shape.batch)
+        if b not in memo:
+            memo.clear()
+            memo[b] = full() if b == shape.batch and full is not None else \
+                attention(dc_replace(shape, batch=b), hw, cfg)
+        return memo[b]
+
+    events = graph_events(build({"batch": start})) * shape.batch // start  # CTAs (and nodes) scale with batch
+    name, flops, _, attrs = attention_header(shape, cfg, hw)
+    return Family("attention", (dim,), build, events, flops, name, shape.batch * per_seq,
+                  build({"batch": start}).classes[0].graph.dtype, attrs)
 
 
 def sample_events(fam: Family) -> float:
