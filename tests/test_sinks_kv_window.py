@@ -116,11 +116,11 @@ def test_an_moe_decode_floor_counts_only_the_experts_it_routes_to() -> None:
     import torchsim
     from torchsim.lowering.plan import plan_model
     from torchsim.models.registry import build_model, get_config
-    from torchsim.prediction.pipeline import _expert_bytes, _idle_expert_bytes
+    from torchsim.prediction.pipeline import _expert_bytes
 
     cfg = get_config("mixtral-tiny")
     step = plan_model(build_model(cfg), batch=1, q_len=1, past_len=64)
-    experts, idle = _expert_bytes(step), _idle_expert_bytes(step)
+    experts, idle = _expert_bytes(step), _expert_bytes(step, idle=True)
     assert experts > 0
     per_layer = [c.p("tokens_per_expert") for c in step.calls if c.kind is KernelKind.GROUPED_GEMM]
     assert all(sum(1 for t in tpe if t) == 2 and len(tpe) == 8 for tpe in per_layer)

@@ -209,7 +209,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         records += [_record(c, s, phase, step, kv, j, base + st, gap, clock, w)
                     for j, ((c, s), (st, gap)) in enumerate(zip(lc, pos, strict=True))]
 
-    floors = [(max(0.0, w_bytes - _idle_expert_bytes(p)) + _kv_bytes(p)) / prof.dram_bytes_per_s_value
+    floors = [(max(0.0, w_bytes - _expert_bytes(p, idle=True)) + _kv_bytes(p)) / prof.dram_bytes_per_s_value
               for p in plans[1:]]
     n_fb = len({c.key() for lc in launched for c, s in lc if s.fallback})
     assumptions = (
@@ -524,18 +524,12 @@ def _has_experts(cfg: Any) -> bool:
     return any(getattr(cfg, a, None) or hf.get(a) for a in fields)
 
 
-def _expert_bytes(plan: KernelPlan) -> float:
-    """Weight bytes of the MoE experts a plan's grouped GEMMs read (each expert's n x k per GEMM)."""
-    return float(sum(len(c.p("tokens_per_expert")) * c.p("n") * c.p("k") * c.dtype.nbytes
-                     for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
-
-
-def _idle_expert_bytes(plan: KernelPlan) -> float:
-    """Weight bytes of the MoE experts a plan's grouped GEMMs route no token to: a decode step does not read
-    them, so the HBM floor does not count them (a batch-1 step of a top-4-of-32 model reads an eighth of its
-    experts)."""
-    return float(sum(sum(1 for t in c.p("tokens_per_expert") if not t) * c.p("n") * c.p("k") * c.dtype.nbytes
-                     for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
+def _expert_bytes(plan: KernelPlan, idle: bool = False) -> float:
+    """Weight bytes of the MoE experts a plan's grouped GEMMs hold (each expert's n x k per GEMM); `idle`: only
+    those routed no token, which a decode step does not read, so the HBM floor leaves them out (a batch-1 step of a
+    top-4-of-32 model reads an eighth of its experts)."""
+    return float(sum(sum(1 for t in c.p("tokens_per_expert") if not (idle and t)) * c.p("n") * c.p("k")
+                     * c.dtype.nbytes for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
 
 
 def _layers(cfg: Any) -> int:

@@ -244,11 +244,7 @@ class Extrapolator:
         if not dims:
             got = self._sample_at(key[1])
             if got is None:
-                r = run(self.family.build(sizes), self.family.l2_share(sizes))
-                self.outcome.events += int(r.node_events)
-                self.outcome.sims += 1
-                got = (_vector(r), r)
-                self._ran[key[1]] = got
+                got = self._ran[key[1]] = self._run(run, sizes)
             out: tuple[dict[str, float], Any] = got
         else:
             d, rest = dims[0], dims[1:]
@@ -272,6 +268,13 @@ class Extrapolator:
         memo[key] = out
         return out
 
+    def _run(self, run: Callable[[KernelGraph, float], Any], sizes: dict[str, int]) -> tuple[dict[str, float], Any]:
+        """One truncated instance at `sizes`, simulated by `run` and counted: (its vector, its result)."""
+        r = run(self.family.build(sizes), self.family.l2_share(sizes))
+        self.outcome.events += int(r.node_events)
+        self.outcome.sims += 1
+        return _vector(r), r
+
     def _measure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
                  ) -> tuple[dict[str, float], Any]:
         """(extrapolated vector, largest sample's result) of the kernel at `sizes` in the dimensions before `dims`,
@@ -280,13 +283,7 @@ class Extrapolator:
         hit = self.memo.get(key)
         if hit is not None:
             return hit
-        if not dims:
-            r = run(self.family.build(sizes), self.family.l2_share(sizes))
-            self.outcome.events += int(r.node_events)
-            self.outcome.sims += 1
-            out = (_vector(r), r)
-        else:
-            out = self._extrapolate(run, dims, sizes)
+        out = self._run(run, sizes) if not dims else self._extrapolate(run, dims, sizes)
         self.memo[key] = out
         return out
 

@@ -88,8 +88,12 @@ def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity
                                                     f"{f_max / 1e9:.3f} GHz")
     f = sustained_clock(hw, w, activity)
     why = f"power-limited: {p:.0f} W at {f_max / 1e9:.3f} GHz over the {limit:.0f} W limit"
-    res1 = run(at_clock(hw, f, why))
-    p1 = power_w(hw, result_work(dtype, hw, res1), activity=activity)
+
+    def at(clock: float) -> tuple[KernelResult, float]:
+        r = run(at_clock(hw, clock, why))
+        return r, power_w(hw, result_work(dtype, hw, r), activity=activity)
+
+    res1, p1 = at(f)
     f_over, p_over = f_max, p  # the lowest clock run so far that is over the limit
     fit = time_model(f_max, w.seconds, f, res1.time_s) if p1 > limit * (1 + TOLERANCE) else None
     if fit is not None:
@@ -97,14 +101,12 @@ def sustain(run: Callable[[Any], KernelResult], hw: Any, dtype: Any, *, activity
         if f2 < f:
             f_over, p_over = f, p1
             f = f2
-            res1 = run(at_clock(hw, f, why))
-            p1 = power_w(hw, result_work(dtype, hw, res1), activity=activity)
+            res1, p1 = at(f)
     if p1 < limit * (1 - TOLERANCE) and f < f_over:  # under the limit by more than the tolerance: one more run at
         # the clock where power, linear in the clock between this run and the lowest one over the limit, meets it
         # (a kernel whose time is flat above a knee clock and 1/f below it fits a + b/f badly); kept when within it
         f3 = f + (limit - p1) * (f_over - f) / (p_over - p1)
-        res3 = run(at_clock(hw, f3, why))
-        p3 = power_w(hw, result_work(dtype, hw, res3), activity=activity)
+        res3, p3 = at(f3)
         if p3 <= limit * (1 + TOLERANCE):
             f, res1, p1 = f3, res3, p3
     res = res1

@@ -258,7 +258,6 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     mm_nodes: list[int] = []
     up_nodes: list[int] = []  # the last unpack node of each K step
     block_mm: list[int] = []  # the last math node of each K step
-    pk = -1
     gx = cfg.grid[0]
     nbh, nbw = cfg.blocks_h, cfg.blocks_w
     # which block of the output a core owns, as affine functions of its (cx, cy)
@@ -303,21 +302,19 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
         by_rows = pm // cfg.sub_h > 1
         parts = _last_block_parts(pm // cfg.sub_h if by_rows else pn // cfg.sub_w) if last else 1
         for part in range(parts):
-            up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked / parts,
-                        name=f"unpack{step}" + (f".{part}" if parts > 1 else ""))
+            sfx = f".{part}" if parts > 1 else ""
+            up = b.node(unpack, Op.UNPACK, Unit.UNPACKER, unpacked / parts, name=f"unpack{step}{sfx}")
             b.data(r0, up)
             b.data(r1, up)
             if mm_nodes:  # Src registers: the unpacker runs at most a block (piece) ahead of the FPU
                 b.data(mm_nodes[-1], up)
-            mm = b.node(math, Op.MMA, Unit.FPU, mm_work / parts,
-                        name=f"matmul{step}" + (f".{part}" if parts > 1 else ""))
+            mm = b.node(math, Op.MMA, Unit.FPU, mm_work / parts, name=f"matmul{step}{sfx}")
             # unpack and math of a block run in lockstep, tile by tile through the double-banked SrcA/SrcB (the
             # unpacker fills one bank while the FPU reads the other): the block's math starts with its unpacking
             # (an order edge, released at issue) and the block is done when both are
             b.order(up, mm)
             mm_nodes.append(mm)
-            pk = b.node(pack, Op.PACK, Unit.PACKER, work / parts,
-                        name=f"pack{step}" + (f".{part}" if parts > 1 else ""))
+            pk = b.node(pack, Op.PACK, Unit.PACKER, work / parts, name=f"pack{step}{sfx}")
             b.data(mm, pk)
             b.data(up, pk)
             if last:
@@ -326,8 +323,7 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
                 coord = (aff(oh * r_part + part * (r_part > 1), **{k: v * r_part for k, v in m_of.items()}),
                          aff(ow * c_part + part * (c_part > 1), **{k: v * c_part for k, v in n_of.items()}))
                 tc = TileDesc(Space.GLOBAL, out, (rows * 32, cols * 32), c_name, coord)
-                wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, rows * cols * tile_bytes(out), tc,
-                            f"out_write{ob}" + (f".{part}" if parts > 1 else ""))
+                wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, rows * cols * tile_bytes(out), tc, f"out_write{ob}{sfx}")
                 b.data(pk, wr)
                 routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(out),
                                "pages_w": nt, "block": [rows, cols]})
