@@ -17,6 +17,9 @@ from typing import Any
 import numpy as np
 
 from torchsim.graph.kinds import MEMORY_OPS, DType, Edge, Op, Space, Unit
+
+_MEMORY_OP_CODES = np.array(sorted(int(op) for op in MEMORY_OPS), dtype=np.int64)
+_BARRIER_OP_CODES = np.array([int(Op.BARRIER_ARRIVE), int(Op.BARRIER_WAIT)], dtype=np.int64)
 from torchsim.graph.tile import ExecGroup, TileDesc
 
 
@@ -154,14 +157,18 @@ class TileGraph:
             if t.elements > MAX_TILE_ELEMENTS:
                 raise GraphError(f"template {self.name!r}: tile {j} of {t.tensor!r} has shape {t.shape}, "
                                  f"{t.elements:,} elements (a tile holds at most {MAX_TILE_ELEMENTS:,})")
-        for i in range(n):
-            op = Op(int(self.op[i]))
-            if self.work[i] < 0 or not np.isfinite(self.work[i]) or self.work[i] > 1e18:
+        # per-node checks, vectorised; the first offending node (in node order) is named, whichever check it fails
+        bad_work = (self.work < 0) | ~np.isfinite(self.work) | (self.work > 1e18)
+        no_tile = np.isin(self.op, _MEMORY_OP_CODES) & (self.tile < 0)
+        no_barrier = np.isin(self.op, _BARRIER_OP_CODES) & (self.barrier < 0)
+        bad = np.nonzero(bad_work | no_tile | no_barrier)[0]
+        if bad.size:
+            i = int(bad[0])
+            if bad_work[i]:
                 raise GraphError(f"{self.describe_node(i)} has invalid work {self.work[i]} (valid: 0 .. 1e18)")
-            if op in MEMORY_OPS and self.tile[i] < 0:
+            if no_tile[i]:
                 raise GraphError(f"{self.describe_node(i)} moves memory but has no tile descriptor")
-            if op in (Op.BARRIER_ARRIVE, Op.BARRIER_WAIT) and self.barrier[i] < 0:
-                raise GraphError(f"{self.describe_node(i)} is a barrier operation without a barrier")
+            raise GraphError(f"{self.describe_node(i)} is a barrier operation without a barrier")
         cycle = self.find_cycle()
         if cycle:
             names = " -> ".join(f"{i}:{self.node_names[i]}" for i in cycle)
@@ -184,8 +191,11 @@ class TileGraph:
                 taken[w] = g.name
 
     def find_cycle(self) -> list[int]:
-        """Kahn's algorithm; returns the nodes of one cycle (closed) or [] when acyclic."""
+        """Kahn's algorithm; returns the nodes of one cycle (closed) or [] when acyclic. A graph whose every edge
+        runs from a lower node index to a higher one (the order templates write nodes in) is acyclic without it."""
         n = self.num_nodes
+        if bool(np.all(self.edge_src < self.edge_dst)):
+            return []
         indeg = np.bincount(self.edge_dst, minlength=n).astype(np.int64)
         succ = self.successors()
         stack = [i for i in range(n) if indeg[i] == 0]

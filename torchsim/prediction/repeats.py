@@ -476,22 +476,43 @@ def grouped_family(kg: KernelGraph, hw: Any) -> Family | None:
     from dataclasses import replace as dc_replace
 
     from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
-    from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_units
+    from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_plan
 
     a = kg.attrs
     counts = tuple(int(c) for c in a["tokens_per_expert"])
     dtype = kg.classes[0].graph.dtype
     pipe = Pipeline.parse(str(a["template"]).split("/", 1)[1])
-    cfg = grouped_config(counts, int(a["n"]), int(a["k"]), dtype, hw, pipe, str(a.get("quant", "")))
+    quant = str(a.get("quant", ""))
+    cfg = grouped_config(counts, int(a["n"]), int(a["k"]), dtype, hw, pipe, quant)
     if (cfg.bm, cfg.bn, cfg.bk, cfg.stages) != (a["bm"], a["bn"], a["bk"], a["stages"]):
         cfg = dc_replace(cfg, bm=int(a["bm"]), bn=int(a["bn"]), bk=int(a["bk"]), stages=int(a["stages"]))
+    plan = grouped_plan(counts, int(a["n"]), int(a["k"]), dtype, hw, cfg, Epilogue.parse(str(a["epilogue"])),
+                        quant=quant)
+    fam = grouped_plan_family(dc_replace(plan, name=kg.name, flops=float(kg.flops), attrs=dict(a)), hw)
+    return fam if fam.ctas == sum(c.count for c in kg.classes) else None
+
+
+def grouped_plan_family(plan: Any, hw: Any) -> Family:
+    """The family of a grouped GEMM's plan (torchsim.lowering.templates.grouped_gemm.GroupedPlan), its full kernel
+    never written unless a dimension has to be simulated at its full size."""
+    from torchsim.lowering.templates.grouped_gemm import grouped_units
 
     def units_of(kk: int) -> list[Any]:
-        return grouped_units(counts, int(a["n"]), kk, cfg)[0]
+        return plan.units if kk == plan.k else grouped_units(plan.counts, plan.n, kk, plan.cfg)[0]
 
-    fam = tiled_family("grouped_gemm", kg.name, units_of, int(a["k"]), dtype, hw, cfg,
-                       Epilogue.parse(str(a["epilogue"])), int(a["grid"]), float(kg.flops), dict(a))
-    return fam if fam.ctas == sum(c.count for c in kg.classes) else None
+    return tiled_family("grouped_gemm", plan.name, units_of, plan.k, plan.dtype, hw, plan.cfg, plan.epilogue,
+                        plan.grid, plan.flops, dict(plan.attrs))
+
+
+def grouped_call_family(call: Any, hw: Any) -> Family | None:
+    """The family of a GPU grouped-GEMM call, without writing its full kernel."""
+    from torchsim.lowering.kernel_call import KernelKind
+
+    if call.kind is not KernelKind.GROUPED_GEMM or _is_tensix(hw):
+        return None
+    from torchsim.lowering.templates.grouped_gemm import call_plan
+
+    return grouped_plan_family(call_plan(call, hw), hw)
 
 
 def gemm_call_config(call: Any, hw: Any) -> Any:
@@ -801,9 +822,9 @@ def gemm_call_family(call: Any, hw: Any) -> Family | None:
 
 
 def unbuilt_family(call: Any, hw: Any) -> Family | None:
-    """The family of a call whose full kernel is costly to build and need not be: a GPU GEMM (any size) or a
-    causal self-attention prefill."""
-    return gemm_call_family(call, hw) or causal_call_family(call, hw)
+    """The family of a call whose full kernel is costly to build and need not be: a GPU GEMM or grouped GEMM (any
+    size) or a causal self-attention prefill."""
+    return gemm_call_family(call, hw) or grouped_call_family(call, hw) or causal_call_family(call, hw)
 
 
 def _is_tensix(hw: Any) -> bool:

@@ -10,12 +10,13 @@ import argparse
 from typing import Any
 
 from torchsim.cli import UsageError, add_quant_option, int_in
-from torchsim.cli.kernel import add_common, emit_outputs, positive, report, simulate_for
+from torchsim.cli.kernel import add_common, emit_outputs, header_graph, may_extrapolate, positive, report, simulate_for
 from torchsim.cli.kernels.gemm import check_gpu_dtype, quant_of
 from torchsim.graph import DType
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
-from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_gemm, load_balance
+from torchsim.lowering.templates.grouped_gemm import grouped_config, grouped_plan, load_balance, plan_kernel
+from torchsim.prediction.repeats import EXACT_EVENTS, grouped_plan_family
 
 # experts of one grouped GEMM: published MoE layers have up to a few hundred (DeepSeek-V3 256); each expert is a
 # GEMM problem of the launch, so a typo (--experts 10000000) would build for minutes before the size check
@@ -104,11 +105,16 @@ def _run(args: argparse.Namespace) -> int:
     check_gpu_dtype(dtype, hw)
     cfg = grouped_config(counts, args.n, args.k, dtype, hw, Pipeline.parse(args.variant), quant) \
         if args.variant else None
-    kg = grouped_gemm(counts, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), tokens=tokens,
-                      top_k=top_k, quant=quant)
-    res = simulate_for(kg, args)
+    plan = grouped_plan(counts, args.n, args.k, dtype, hw, cfg, Epilogue.parse(args.epilogue), tokens=tokens,
+                        top_k=top_k, quant=quant)
+    # one that will be extrapolated is never written in full (65,536 tokens: seconds of graph); the report names
+    # the full kernel (a header graph: the smallest sample, with the full kernel's name, attrs, FLOPs, bytes)
+    fam = grouped_plan_family(plan, hw) if may_extrapolate(args) else None
+    fam = fam if fam is not None and fam.dims and fam.events > EXACT_EVENTS else None
+    kg = header_graph(fam, plan.dram_bytes) if fam is not None else plan_kernel(plan, hw)
+    res = simulate_for(kg, args, fam)
     balance = load_balance(res)
-    report(res, kg, args, {"tokens_per_expert": counts, "load_balance": balance})
+    report(res, kg, args, {"tokens_per_expert": counts, "load_balance": balance}, header=fam is not None)
     if not args.json:
         a = kg.attrs
         print(f"  schedule    {a['tiles']} tiles ({'+'.join(str(t) for t in a['m_tiles'])} M tiles of {a['bm']} rows "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -92,12 +92,31 @@ def grouped_units(tokens_per_expert: Sequence[int], n: int, k: int, cfg: GemmCon
     return units, m_tiles
 
 
-def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType, hw: GpuProfile,
+@dataclass(frozen=True)
+class GroupedPlan:
+    """A grouped GEMM before its CTAs are written: the schedule (work units on a persistent grid) and the full
+    kernel's header (name, FLOPs, DRAM bytes, attrs). `grouped_gemm` writes its CTAs; torchsim.prediction.repeats
+    builds truncated instances from it without writing the full kernel (65,536 tokens: seconds of graph)."""
+
+    counts: tuple[int, ...]
+    n: int
+    k: int
+    dtype: DType
+    cfg: GemmConfig
+    epilogue: Epilogue
+    units: list[WorkUnit]
+    m_tiles: tuple[int, ...]
+    grid: int
+    name: str
+    flops: float
+    dram_bytes: float
+    attrs: dict[str, Any]
+
+
+def grouped_plan(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType, hw: GpuProfile,
                  cfg: GemmConfig | None = None, epilogue: Epilogue = Epilogue.NONE, *, tokens: int | None = None,
-                 top_k: int | None = None, quant: str = "") -> KernelGraph:
-    """Y_e[M_e, n] = X_e[M_e, k] @ W_e[k, n] for every expert e with M_e = tokens_per_expert[e] (FP32 accumulation;
-    FP8 inputs write BF16). `tokens`/`top_k`, when given, are checked against the counts. `quant`: the experts'
-    weights in a quantised format (lowering.quant; `dtype` is the MMA dtype, as for templates.gemm)."""
+                 top_k: int | None = None, quant: str = "") -> GroupedPlan:
+    """The checked schedule and header of `grouped_gemm(...)` (same arguments), its CTAs not yet written."""
     counts = check_routing(tokens_per_expert, tokens, top_k)
     check_dims(n=n, k=k)
     fmt = quant_format(quant or (cfg.quant if cfg is not None else ""))
@@ -112,20 +131,16 @@ def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType,
                          "neither splits K nor shares B tiles across CTAs (valid: 1 and 1)")
     out_dtype = gemm_out_dtype(dtype)
     units, m_tiles = grouped_units(counts, n, k, cfg)
-    regs = _regs(cfg)
-    grid = min(len(units), hw.sms * resident_ctas(hw, cfg.threads(), regs, cfg.smem_bytes(dtype)))
-    classes = []
-    per_cta: list[int] = []
-    for plan in cta_classes(units, grid):
-        classes.append(CtaClass(_write_cta(plan, cfg, dtype, out_dtype, epilogue, hw), plan.params, plan.names,
-                                threads=cfg.threads(), regs_per_thread=regs, smem_bytes=cfg.smem_bytes(dtype)))
-        per_cta += [len(plan.kts)] * int(plan.params.shape[0])
+    grid = min(len(units), hw.sms * resident_ctas(hw, cfg.threads(), _regs(cfg), cfg.smem_bytes(dtype)))
+    # grid-stride over the units (tiling.cta_classes): each CTA takes floor or ceil of units / grid tiles
+    per_cta = (len(units) // grid, -(-len(units) // grid))
     rows, active = sum(counts), sum(1 for c in counts if c)
     padded = sum(m_tiles) * cfg.bm
     w_bytes = fmt.weight_bytes(k, n) if fmt is not None else k * n * dtype.nbytes
     a_scales = fmt.act_scale_bytes(rows, k) if fmt is not None else 0.0
-    return KernelGraph(
-        name=f"grouped_gemm_{len(counts)}x{rows}x{n}x{k}", classes=tuple(classes), flops=2.0 * rows * n * k,
+    return GroupedPlan(
+        counts, n, k, dtype, cfg, epilogue, units, m_tiles, grid,
+        name=f"grouped_gemm_{len(counts)}x{rows}x{n}x{k}", flops=2.0 * rows * n * k,
         dram_bytes=float(rows * k * dtype.nbytes + a_scales + active * w_bytes
                          + rows * n * out_dtype.nbytes * (2 if epilogue is Epilogue.RESIDUAL else 1)),
         attrs={"template": f"grouped_gemm/{cfg.pipeline.value}", "bm": cfg.bm, "bn": cfg.bn, "bk": cfg.bk,
@@ -133,8 +148,33 @@ def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType,
                "dtype": dtype.name.lower(), "n": n, "k": k, "experts": len(counts), "active_experts": active,
                "tokens_per_expert": counts, "m_tiles": m_tiles, "tiles": len(units), "grid": grid,
                "padded_rows": padded, "tile_efficiency": rows / padded,
-               "tiles_per_cta": (min(per_cta), max(per_cta)), **({"quant": fmt.name} if fmt is not None else {})},
+               "tiles_per_cta": per_cta, **({"quant": fmt.name} if fmt is not None else {})},
     )
+
+
+def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType, hw: GpuProfile,
+                 cfg: GemmConfig | None = None, epilogue: Epilogue = Epilogue.NONE, *, tokens: int | None = None,
+                 top_k: int | None = None, quant: str = "") -> KernelGraph:
+    """Y_e[M_e, n] = X_e[M_e, k] @ W_e[k, n] for every expert e with M_e = tokens_per_expert[e] (FP32 accumulation;
+    FP8 inputs write BF16). `tokens`/`top_k`, when given, are checked against the counts. `quant`: the experts'
+    weights in a quantised format (lowering.quant; `dtype` is the MMA dtype, as for templates.gemm)."""
+    return plan_kernel(grouped_plan(tokens_per_expert, n, k, dtype, hw, cfg, epilogue, tokens=tokens, top_k=top_k,
+                                    quant=quant), hw)
+
+
+def plan_kernel(plan: GroupedPlan, hw: GpuProfile) -> KernelGraph:
+    """The full kernel of `plan`: every CTA written."""
+    return KernelGraph(name=plan.name, classes=grouped_classes(plan, plan.units, hw), flops=plan.flops,
+                       dram_bytes=plan.dram_bytes, attrs=dict(plan.attrs))
+
+
+def grouped_classes(plan: GroupedPlan, units: list[WorkUnit], hw: GpuProfile) -> tuple[CtaClass, ...]:
+    """The CTA classes of `units` (the plan's, or a truncated list of them) on the plan's persistent grid."""
+    cfg, regs = plan.cfg, _regs(plan.cfg)
+    out_dtype = gemm_out_dtype(plan.dtype)
+    return tuple(CtaClass(_write_cta(cp, cfg, plan.dtype, out_dtype, plan.epilogue, hw), cp.params, cp.names,
+                          threads=cfg.threads(), regs_per_thread=regs, smem_bytes=cfg.smem_bytes(plan.dtype))
+                 for cp in cta_classes(units, plan.grid))
 
 
 def load_balance(result: Any) -> dict[str, float]:
@@ -155,7 +195,8 @@ def load_balance(result: Any) -> dict[str, float]:
     return out
 
 
-def _call(call: KernelCall, hw: Any) -> KernelGraph:
+def call_plan(call: KernelCall, hw: Any) -> GroupedPlan:
+    """The GroupedPlan of a grouped-GEMM kernel call (the configuration its `variant` names, else the heuristic's)."""
     variant = call.p("variant", "")
     tpe = call.p("tokens_per_expert")
     quant = str(call.p("quant", ""))
@@ -163,8 +204,12 @@ def _call(call: KernelCall, hw: Any) -> KernelGraph:
                          Pipeline.parse(variant), quant) if variant else None
     tokens = call.p("tokens", 0) or None
     top_k = call.p("top_k", 0) or None
-    return grouped_gemm(tpe, call.p("n"), call.p("k"), call.dtype, hw, cfg, Epilogue.parse(call.p("epilogue", "none")),
+    return grouped_plan(tpe, call.p("n"), call.p("k"), call.dtype, hw, cfg, Epilogue.parse(call.p("epilogue", "none")),
                         tokens=tokens, top_k=top_k, quant=quant)
+
+
+def _call(call: KernelCall, hw: Any) -> KernelGraph:
+    return plan_kernel(call_plan(call, hw), hw)
 
 
 CALLS: dict[KernelKind, Callable[[KernelCall, Any], KernelGraph]] = {KernelKind.GROUPED_GEMM: _call}
