@@ -80,3 +80,22 @@ def test_compare_cli_writes_table_trace_parquet_and_chart(tmp_path: Path, capsys
 def test_compare_cli_bad_hardware_list(hw: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "llama-tiny", "--hw", hw, "--prompt", "8", "--decode", "1"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_compare_on_forked_processes_matches_one_after_another(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Without --workers the profiles are predicted at once on forked processes; the numbers are those of running
+    them one after another (--workers 1), profile by profile and in the order given."""
+    import json
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    argv = ["compare", "llama-tiny", "--hw", "b200,a100-sxm,h100-sxm", "--prompt", "64", "--decode", "4", "--json"]
+    outs = []
+    for extra in ([], ["--workers", "1"]):
+        monkeypatch.setenv("TORCHSIM_CACHE_DIR", str(tmp_path / f"cache{len(outs)}"))  # nothing shared on disk
+        assert main([*argv, *extra]) == 0
+        outs.append([json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")])
+    forked, serial = outs
+    assert [d["hw"] for d in forked] == ["b200", "a100-sxm", "h100-sxm"]
+    for a, b in zip(forked, serial, strict=True):
+        assert (a["ttft_ms"], a["tpot_ms"], a["decode_step_ms"]) == (b["ttft_ms"], b["tpot_ms"], b["decode_step_ms"])

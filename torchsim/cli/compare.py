@@ -116,9 +116,50 @@ def export_predictions(args: argparse.Namespace, preds: Sequence[Any], profiles:
     return write_prediction_outputs(args, records, profiles, detail_for(profiles), title, simulated_whole)
 
 
-def run(args: argparse.Namespace) -> int:
+def _predict_one(model: Any, hw: Any, tp: int, ep: int, common: dict[str, Any], workers: int | None,
+                 progress: bool) -> Any:
     from torchsim.prediction.pipeline import predict
 
+    return predict(model, hw, tp=tp, ep=ep, workers=workers, progress=progress, **common)
+
+
+def _predict_each(label: str, model: Any, entries: Sequence[tuple[Any, int, int]], common: dict[str, Any],
+                  workers: int | None, progress: bool) -> list[Any]:
+    """One prediction per (profile, tp, ep) entry, in order. With `workers` unset and more than one CPU they run at
+    once on forked processes, one core each (one profile's prediction alone leaves a core idle while its largest
+    kernels finish), after this process has imported torch and captured the prompt's step once, so that each of
+    them reuses that export (torchsim.lowering.capture's memo) instead of repeating it; `workers` given runs them one
+    after another, each on that many processes. The results are the same either way (simulation is
+    deterministic)."""
+    import os
+
+    for hw, tp, _ep in entries:
+        print(f"predicting {label} on {hw.name}{f' x{tp}' if tp > 1 else ''} ...", file=sys.stderr)
+    cpus = os.cpu_count() or 1
+    if workers is not None or cpus < 2 or len(entries) < 2 or not _warm_capture(model, entries[0], common):
+        return [_predict_one(model, hw, tp, ep, common, workers, progress) for hw, tp, ep in entries]
+    from torchsim.prediction.workers import worker_pool
+
+    with worker_pool(min(cpus, 4, len(entries))) as pool:  # workers stop with the command (Ctrl-C, an error)
+        futures = [pool.submit(_predict_one, model, hw, tp, ep, common, 1, False) for hw, tp, ep in entries]
+        return [f.result() for f in futures]
+
+
+def _warm_capture(model: Any, entry: tuple[Any, int, int], common: dict[str, Any]) -> bool:
+    """Capture the prompt's step of `model` here (torch imported, the export memoised for forked processes);
+    False when that fails (the predictions then run here, one after another, and report the error themselves)."""
+    from torchsim.prediction.pipeline import step_entry
+
+    hw, tp, _ep = entry
+    try:
+        step_entry(model, hw, rows=int(common["batch"]), q=int(common["prompt_len"]), past=0,
+                   kv_cache=common["kv_cache"], quant=common["quant"], tp=tp, preset=str(common["preset"]))
+    except Exception:  # noqa: BLE001 - any failure is the predictions' own to report, with their messages
+        return False
+    return True
+
+
+def run(args: argparse.Namespace) -> int:
     entries = parse_hw_tp_list(args.hw, args.tp)
     if args.tp != 1 and all(":" in item for item in args.hw.split(",")):
         raise UsageError(f"--tp {args.tp} applies to --hw items without their own :tpN, and every item of --hw "
@@ -128,17 +169,14 @@ def run(args: argparse.Namespace) -> int:
                          "--hw item NAME:tpN with N > 1")
     profiles = [hw for hw, _tp in entries]
     model = approximated(args)
-    preds = []
-    for hw, tp in entries:
-        print(f"predicting {args.model} on {hw.name}{f' x{tp}' if tp > 1 else ''} ...", file=sys.stderr)
-        p = predict(model, hw, prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch,
-                    preset=args.preset, routing=args.routing, fallback=args.fallback,
-                    quant=args.quant, kv_cache=args.kv_cache, workers=args.workers, tp=tp,
-                    ep=args.ep if tp > 1 else 1, pp=args.pp,
-                    micro_batches=args.micro_batches, sp=args.sp, allow_oversubscribe=args.allow_oversubscribe,
-                    progress=not args.json and sys.stderr.isatty())
-        # systems side by side: each column names its GPU count
-        preds.append(dataclasses.replace(p, hw=f"{p.hw} TP{tp}") if len({t for _h, t in entries}) > 1 else p)
+    common = dict(prompt_len=args.prompt, decode_steps=args.decode, batch=args.batch, preset=args.preset,
+                  routing=args.routing, fallback=args.fallback, quant=args.quant, kv_cache=args.kv_cache,
+                  pp=args.pp, micro_batches=args.micro_batches, sp=args.sp,
+                  allow_oversubscribe=args.allow_oversubscribe)
+    preds = _predict_each(args.model, model, [(hw, tp, args.ep if tp > 1 else 1) for hw, tp in entries], common,
+                          args.workers, progress=not args.json and sys.stderr.isatty())
+    if len({t for _h, t in entries}) > 1:  # systems side by side: each column names its GPU count
+        preds = [dataclasses.replace(p, hw=f"{p.hw} TP{tp}") for p, (_hw, tp) in zip(preds, entries, strict=True)]
     from torchsim.validation.accuracy import notes_for as accuracy_notes
 
     dtype = getattr(args, "dtype", "bf16")
