@@ -178,6 +178,14 @@ WALLS: list[tuple[str, list[str]]] = [
       "--n", "14336", "--k", "4096", "--json"]),
     ("predict llama3-8b h100 (default)", ["predict", "--json", "--no-progress"]),
     ("predict llama3-8b h100 batch 64 prompt 2048", ["predict", "--json", "--no-progress", "--batch", "64"]),
+    # Llama-3-70B's 8192-token context cannot take 8192 + 128 tokens: Llama-3.1-70B is the same network; FP8 so
+    # that its weights fit one H200
+    ("predict llama3.1-70b fp8 h200 batch 8 prompt 8192", ["predict", "llama3.1-70b", "--hw", "h200", "--dtype", "fp8",
+                                                           "--batch", "8", "--prompt", "8192", "--json",
+                                                           "--no-progress"]),
+    ("predict mixtral-8x7b h200 batch 32 prompt 2048", ["predict", "mixtral-8x7b", "--hw", "h200", "--batch", "32",
+                                                        "--json", "--no-progress"]),
+    ("compare llama3-8b a100/h100/h200/b200", ["compare", "llama3-8b", "--json"]),
 ]
 
 
