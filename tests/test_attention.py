@@ -211,8 +211,10 @@ def test_kernel_call_builds_the_architectures_variant() -> None:
     ({"heads_q": 32, "heads_kv": 5}, "h100-sxm", None, ["heads_q=32", "heads_kv=5", "valid heads_kv: 1, 2, 4, 8"]),
     ({"seq_q": -4}, "h100-sxm", None, ["seq_q", "positive"]),
     ({"seq_kv": 0}, "h100-sxm", None, ["seq_kv", "positive"]),
-    ({"head_dim": 96}, "h100-sxm", None, ["head_dim=96", "valid head dims: 64, 128, 256"]),
-    ({"head_dim": 256}, "b200", None, ["head_dim=256", "fa4", "valid head dims: 64, 128", "fa2, fa3"]),
+    ({"head_dim": 96}, "h100-sxm", None, ["head_dim=96", "valid head dims: 64, 128, 192, 256"]),
+    ({"head_dim": 256}, "b200", None, ["head_dim=256", "fa4", "valid head dims: 64, 128", "or (192, 128) as (head_dim, "
+                                                                                          "head_dim_v)", "fa2, fa3"]),
+    ({"head_dim": 192}, "b200", None, ["head_dim=192", "fa4", "(192, 128)", "fa2, fa3"]),
     ({}, "a100-sxm", AttnVariant.FA3, ["fa3", "TMA", "a100-sxm", "valid variants on a100-sxm: fa2"]),
     ({}, "h100-sxm", AttnVariant.FA4, ["fa4", "TMEM", "valid variants on h100-sxm: fa2, fa3"]),
     ({"dtype": DType.FP8_E4M3}, "a100-sxm", None, ["fp8", "a100-sxm"]),
@@ -368,3 +370,27 @@ def test_triton_pays_its_generated_softmax_and_epilogue_division() -> None:
     longer = simulate(attention(AttnShape(1, 1, 1, 128, 4096, 128), hw, variant=AttnVariant.TRITON), hw,
                       max_sms=1).cycles
     assert longer > t_triton
+
+
+# -- DeepSeek's MLA prefill: Q/K head dim 192 (128 + 64 RoPE), V 128 -----------------------------------------------
+def test_mla_prefill_head_dims_run_on_every_gpu_variant() -> None:
+    """FA3 and FA4 take (192, 128) as it is (FA3 with 128-key blocks, as hopper/tile_size.h gives a V of 128, 112
+    for a V of 192; FA4's ring fits three stages in its shared memory); FA2 has one head dim for Q/K and V, so
+    the V runs zero-padded to 192 (as vLLM pads it for FA2) and costs what a V of 192 costs."""
+    from torchsim.lowering.templates.attention import smem_bytes
+    from torchsim.sim import simulate
+
+    mla = {"batch": 1, "heads_q": 16, "heads_kv": 16, "seq_q": 1024, "seq_kv": 1024, "head_dim": 192, "causal": True}
+    h100, b200, a100 = (get_profile(n) for n in ("h100-sxm", "b200", "a100-sxm"))
+    fa3 = attention(AttnShape(**mla, head_dim_v=128), h100)
+    assert (fa3.attrs["variant"], fa3.attrs["bn"], fa3.attrs["head_dim_v"]) == ("fa3", 128, 128)
+    assert attention(AttnShape(**mla, head_dim_v=192), h100).attrs["bn"] == 112
+    fa4 = attention(AttnShape(**mla, head_dim_v=128), b200)
+    assert fa4.attrs["variant"] == "fa4" and fa4.classes[0].smem <= b200.smem_per_cta_bytes.value
+    assert smem_bytes(default_config(AttnShape(**mla, head_dim_v=128), b200), AttnShape(**mla, head_dim_v=128)) \
+        == 256 * 192 * 2 + 3 * 128 * (192 + 128) * 2 // 2  # O in Q's buffer, K/V/K ring at a stride of (K + V) / 2
+    padded = attention(AttnShape(**mla, head_dim_v=128), a100)
+    full = attention(AttnShape(**mla, head_dim_v=192), a100)
+    assert padded.attrs["v_padded_from"] == 128 and "head_dim_v" not in padded.attrs
+    assert padded.flops == full.flops and simulate(padded, a100).cycles == simulate(full, a100).cycles
+    assert simulate(fa3, h100).cycles < simulate(attention(AttnShape(**mla, head_dim_v=192), h100), h100).cycles

@@ -54,6 +54,7 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
     sequences' tiles coincide. FLOPs and DRAM bytes are the sums over the sequences."""
     cfg = cfg or default_config(shape, hw, variant)
     check_variant(cfg.variant, shape, hw)
+    given, shape = shape, executed_shape(shape, cfg)
     per_seq = [shape] * shape.batch if seqs is None else sequence_shapes(shape, seqs)
     spans_of: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
     for s in per_seq:  # one list of spans per distinct (q, kv) length
@@ -78,9 +79,19 @@ def attention(shape: AttnShape, hw: GpuProfile, cfg: AttnConfig | None = None,
         classes.append(CtaClass(graph, cr.params, cr.names, threads=threads(cfg),
                                 regs_per_thread=cfg.regs_per_thread, smem_bytes=smem_bytes(cfg, shape)))
     varlen_blocks = sum(len(spans_of[s.seq_q, s.seq_kv]) for s in per_seq) if seqs is not None else 0
-    name, flops, dram_bytes, attrs = attention_header(shape, cfg, hw, per_seq if seqs is not None else None,
+    name, flops, dram_bytes, attrs = attention_header(given, cfg, hw, per_seq if seqs is not None else None,
                                                       varlen_blocks)
     return KernelGraph(name=name, classes=tuple(classes), flops=flops, dram_bytes=dram_bytes, attrs=attrs)
+
+
+def executed_shape(shape: AttnShape, cfg: AttnConfig) -> AttnShape:
+    """The shape the kernel runs: FA2 has one head dim for Q/K and V (its kernels are instantiated per head dim),
+    so a V of a smaller head dim runs zero-padded to it, as vLLM pads V for FA2 in MLA prefill
+    (MLACommonImpl._flash_attn_varlen_diff_headdims: the PV product and the V reads at the padded width; the pad's
+    own copy and the output's slice are not modelled)."""
+    if cfg.variant is AttnVariant.FA2 and shape.dv != shape.head_dim:
+        return replace(shape, head_dim_v=shape.head_dim)
+    return shape
 
 
 def attention_header(shape: AttnShape, cfg: AttnConfig, hw: GpuProfile, per_seq: Sequence[AttnShape] | None = None,
@@ -89,6 +100,9 @@ def attention_header(shape: AttnShape, cfg: AttnConfig, hw: GpuProfile, per_seq:
     causal 128k prompt's classes take a minute to write); `per_seq` and `varlen_blocks`: a varlen kernel's
     sequences and query blocks."""
     v = cfg.variant.value
+    padded_from = shape.dv if executed_shape(shape, cfg) is not shape else 0
+    shape = executed_shape(shape, cfg)
+    per_seq = None if per_seq is None else [executed_shape(s, cfg) for s in per_seq]
     tmem = tmem_accumulators(cfg.variant, hw)
     mblocks = math.ceil(shape.seq_q / cfg.bm)
     name = f"attention_{v}_b{shape.batch}_h{shape.heads_q}x{shape.heads_kv}_q{shape.seq_q}_kv{shape.seq_kv}"
@@ -110,6 +124,8 @@ def attention_header(shape: AttnShape, cfg: AttnConfig, hw: GpuProfile, per_seq:
              **({"window": shape.binding_window} if shape.binding_window else {}),
              **({"softcap": shape.softcap} if shape.softcap else {}),  # (truncated instances rebuild it)
              **({"sinks": True} if shape.sinks else {}),
+             **({"head_dim_v": shape.dv} if shape.dv != shape.head_dim else {}),
+             **({"v_padded_from": padded_from} if padded_from else {}),
              # where the MMAs accumulate, when not where the profile's own MMA does (FA2's mma.sync on sm100)
              **({"tmem_accumulators": tmem} if tmem != (hw.tmem_bytes_per_sm.value > 0) else {})}
     return name, flops, dram_bytes, attrs
@@ -155,7 +171,11 @@ def smem_bytes(cfg: AttnConfig, shape: AttnShape) -> int:
     q = cfg.bm * shape.head_dim * e
     k, v = cfg.bn * shape.head_dim * e, cfg.bn * shape.dv * e
     if cfg.variant is AttnVariant.FA4:  # K and V tiles share one ring of `stages` slots
-        return int(q + cfg.stages * max(k, v) + 2 * 128 * shape.dv * 2)
+        o = 2 * 128 * shape.dv * 2
+        if shape.head_dim == 192:  # flash_fwd_sm100.py: O is staged in Q's buffer (overlap_sO_sQ), and a (192, 128)
+            # ring holds K, V, K at a stride of (K + V) / 2 (uneven_kv_smem): three stages in 224 KB
+            return int(max(q, o) + cfg.stages * (k + v) // 2)
+        return int(q + cfg.stages * max(k, v) + o)
     vt = v if shape.dtype.is_fp8 else 0  # FA3 FP8: V transposed in shared memory by the producer
     return int(q + cfg.stages * (k + v + vt))
 

@@ -65,9 +65,13 @@ VARIANT_ARCHS = {
 VARIANT_NEEDS = {AttnVariant.FA2: "cp.async and mma.sync (sm80+)", AttnVariant.FA3: "TMA and wgmma (sm90+)",
                  AttnVariant.FA4: "tcgen05 and TMEM (sm100)",
                  AttnVariant.TRITON: "the sm90 wgmma lowering of Triton's tutorial kernel (modelled on sm90 only)"}
-# FA4 keeps S (2 x 128 columns) and O (2 x head_dim columns) of two Q tiles in TMEM's 512 columns.
-HEAD_DIMS = {AttnVariant.FA2: (64, 128, 256), AttnVariant.FA3: (64, 128, 256), AttnVariant.FA4: (64, 128),
+# FA4 keeps S (2 x 128 columns) and O (2 x head_dim columns) of two Q tiles in TMEM's 512 columns. Head dim 192
+# (DeepSeek's MLA prefill: 128 no-RoPE + 64 RoPE dims of Q/K, V of 128) is instantiated by FA2
+# (flash_fwd_launch_template.h run_mha_fwd_hdim192) and FA3 (hopper/tile_size.h, V of 128 or 192); FA4 takes it
+# only with a V of 128 (flash_attn/cute/interface.py _validate_head_dims: "(192, 128) for DeepSeek").
+HEAD_DIMS = {AttnVariant.FA2: (64, 128, 192, 256), AttnVariant.FA3: (64, 128, 192, 256), AttnVariant.FA4: (64, 128),
              AttnVariant.TRITON: (64, 128, 256)}
+HEAD_DIM_PAIRS = {AttnVariant.FA4: ((192, 128),)}  # (head_dim, head_dim_v) a variant takes beyond HEAD_DIMS
 DEFAULT_VARIANT = {Arch.SM80: AttnVariant.FA2, Arch.SM90: AttnVariant.FA3, Arch.SM100: AttnVariant.FA4}
 
 
@@ -228,14 +232,18 @@ def check_variant(variant: AttnVariant, shape: AttnShape, hw: GpuProfile) -> Non
         raise ValueError(f"attention variant {variant.value} needs {VARIANT_NEEDS[variant]}, which {hw.name} "
                          f"({hw.arch.value}) lacks; valid variants on {hw.name}: {', '.join(ok) or 'none'}")
     dims = HEAD_DIMS[variant]
+    pairs = HEAD_DIM_PAIRS.get(variant, ())
+    if (shape.head_dim, shape.dv) in pairs:
+        dims = (shape.head_dim, shape.dv)
     if shape.head_dim in dims and shape.dv not in dims:
         raise ValueError(f"head_dim_v={shape.dv} is not supported by attention variant {variant.value} on {hw.name}; "
                          f"valid V head dims: {', '.join(map(str, dims))} (default: head_dim={shape.head_dim})")
     if shape.head_dim not in dims or shape.dv not in dims:
         other = [v.value for v, d in HEAD_DIMS.items() if shape.head_dim in d and hw.arch in VARIANT_ARCHS[v]]
         hint = f"; variants that support it on {hw.name}: {', '.join(other)}" if other else ""
+        also = "".join(f", or ({d}, {dv}) as (head_dim, head_dim_v)" for d, dv in pairs)
         raise ValueError(f"head_dim={shape.head_dim} is not supported by attention variant {variant.value} on "
-                         f"{hw.name}; valid head dims: {', '.join(map(str, dims))}{hint}")
+                         f"{hw.name}; valid head dims: {', '.join(map(str, dims))}{also}{hint}")
     if shape.dtype.is_fp8 and (variant in (AttnVariant.FA2, AttnVariant.TRITON) or not hw.supports(shape.dtype)):
         raise ValueError(f"attention dtype fp8 needs FP8 tensor cores and the fa3/fa4 kernels; {variant.value} on "
                          f"{hw.name} runs bf16 or fp16")
@@ -259,6 +267,8 @@ def default_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None
             bm, bn = 192, (128 if causal else (160 if fp8 else 192))
         elif d <= 128:
             bm, bn = 128, (128 if causal else (224 if fp8 else 176))
+        elif d <= 192:  # 128 x 112 fills shared memory with a V of 192; a V of 128 leaves room for 128 keys
+            bm, bn = 128, (160 if fp8 else (128 if shape.dv <= 128 else 112))
         else:
             bm, bn = 128, (128 if fp8 else 80)
         regs = 128 if bm // 64 >= 3 else 168
