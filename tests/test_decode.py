@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchsim.graph import Op
+from torchsim.graph import DType, Op
 from torchsim.hwmodels import get_profile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates import build_kernel, build_kernels
@@ -147,3 +147,48 @@ def test_bad_decode_input_names_the_parameter(call, hw_name: str, words: list[st
         call(get_profile(hw_name))
     for w in words:
         assert w in str(err.value)
+
+
+# -- MLA decode on sm80: vLLM's Triton MLA ---------------------------------------------------------------------------
+def test_mla_decode_on_sm80_is_vllms_triton_mla() -> None:
+    """FlashMLA needs sm90; on an A100 an MLA decode call runs vLLM's TRITON_MLA kernels: 16 heads a CTA over 4
+    K/V splits of 32-token blocks, then the combine. One latent row per token is read once (V is its first 512
+    columns), so a large batch streams the cache near the DRAM bandwidth, and a single sequence, 4 CTAs on 108
+    SMs, is latency-bound."""
+    from torchsim.lowering.templates.decode import triton_mla
+
+    a100 = get_profile("a100-sxm")
+    call = KernelCall.make(KernelKind.MLA_DECODE, DType.BF16, batch=64, heads_q=16, seq_q=1, seq_kv=8192,
+                           head_dim=576, head_dim_v=512)
+    ks = build_kernels(call, a100)
+    assert [k.attrs["template"] for k in ks] == ["triton_mla", "flash_decode/combine"]
+    assert ks[0].attrs["splits"] == 4 and ks[0].num_ctas == 64 * 4
+    big = simulate(ks[0], a100)
+    cache = 64 * 8192 * 576 * 2
+    assert big.dram_bytes == pytest.approx(cache, rel=0.05)  # the latent rows once, not K and V
+    assert cache / big.time_s > 0.7 * a100.dram_bytes_per_s_value
+    one = simulate(triton_mla(1, 16, 1, 8192, a100)[0], a100)
+    assert one.bound.startswith("latency") and one.time_s > 5 * big.time_s / 64
+    with pytest.raises(ValueError, match=r"\(576, 512\)"):
+        triton_mla(1, 16, 1, 1024, a100, head_dim=128, head_dim_v=128)
+
+
+def test_an_mla_cache_holds_one_latent_row_per_token() -> None:
+    """The memory check and the HBM floor count DeepSeek's cache as its latent rows (576 x 2 bytes a token and
+    layer, K and V sharing them), for the decode's MLA kernel and for the prefill's decompressed attention (whose
+    heads x (192 + 128) dims are transient), not as per-head K and V."""
+    from types import SimpleNamespace
+
+    from torchsim.prediction.pipeline import _kv_bytes, _latent_width
+
+    mla = KernelCall.make(KernelKind.MLA_DECODE, DType.BF16, batch=4, heads_q=16, seq_q=1, seq_kv=1000,
+                          head_dim=576, head_dim_v=512)
+    pre = KernelCall.make(KernelKind.ATTENTION_PREFILL, DType.BF16, batch=4, heads_q=16, heads_kv=16, seq_q=999,
+                          seq_kv=999, head_dim=192, head_dim_v=128, causal=True)
+    gqa = KernelCall.make(KernelKind.ATTENTION_DECODE, DType.BF16, batch=4, heads_q=32, heads_kv=8, seq_q=1,
+                          seq_kv=1000, head_dim=128)
+    decode, prefill = SimpleNamespace(calls=(mla,)), SimpleNamespace(calls=(pre,))
+    assert _latent_width([prefill, decode]) == 576
+    assert _kv_bytes(decode) == 4 * 1000 * 576 * 2
+    assert _kv_bytes(prefill, latent=576) == 4 * 999 * 576 * 2
+    assert _kv_bytes(SimpleNamespace(calls=(gqa,))) == 2 * 4 * 1000 * 8 * 128 * 2  # K and V per KV head

@@ -687,17 +687,30 @@ def _weights(samples: Sequence[int], steps: int) -> list[float]:
     return out
 
 
-def _kv_bytes(plan: KernelPlan) -> float:
+def _kv_bytes(plan: KernelPlan, latent: int = 0) -> float:
     """KV-cache bytes the step's attention kernels read, which the cache holds: a sliding layer's window of each
-    sequence, a global layer's whole sequence (varlen.cached_kv_tokens)."""
+    sequence, a global layer's whole sequence (varlen.cached_kv_tokens). Multi-head latent attention (DeepSeek)
+    caches one latent row per token (`latent` wide: 576 = 512 + 64 RoPE dims, the MLA decode's head dim), which
+    K and V share: its decode reads that, and its prefill's decompressed K/V (heads x 192 and 128, transient)
+    stand for the latent rows the step writes, so with `latent` given a prefill attention whose V is narrower
+    than its Q/K counts those."""
     from torchsim.lowering.templates.varlen import cached_kv_tokens
 
     total = 0.0
     for c in plan.calls:
-        if c.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
-            kv = DType.parse(c.p("kv_dtype", "")) if c.p("kv_dtype", "") else c.dtype  # Tensix: bfp8_b cache
+        kv = DType.parse(c.p("kv_dtype", "")) if c.p("kv_dtype", "") else c.dtype  # Tensix: bfp8_b cache
+        if c.kind is KernelKind.MLA_DECODE:
+            total += cached_kv_tokens(c) * c.p("head_dim") * kv.nbytes
+        elif c.kind is KernelKind.ATTENTION_PREFILL and latent and c.p("head_dim_v", 0) not in (0, c.p("head_dim")):
+            total += cached_kv_tokens(c) * latent * kv.nbytes
+        elif c.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
             total += 2.0 * cached_kv_tokens(c) * c.p("heads_kv") * c.p("head_dim") * kv.nbytes
     return total
+
+
+def _latent_width(plans: Sequence[KernelPlan]) -> int:
+    """The latent row an MLA model caches per token (its MLA decode's head dim), 0 for other models."""
+    return max((int(c.p("head_dim")) for p in plans for c in p.calls if c.kind is KernelKind.MLA_DECODE), default=0)
 
 
 def _activation_bytes(plan: KernelPlan) -> float:
@@ -717,7 +730,8 @@ def _memory_fit(name: str, prof: Any, weight_bytes: float, plans: Sequence[Kerne
     """Weights + KV cache (at the last step's length) + activations per GPU against its memory: a report, and
     an error naming what would fit when it does not (a warning with `allow`). `share`: the part of the plans' KV
     one GPU holds (pipeline parallelism: its stage's layers, for every micro-batch)."""
-    kv = max((_kv_bytes(p) for p in plans), default=0.0) * share
+    latent = _latent_width(plans)
+    kv = max((_kv_bytes(p, latent) for p in plans), default=0.0) * share
     act = max((_activation_bytes(p) for p in plans), default=0.0)
     cap = float(prof.dram_bytes.value) if hasattr(prof, "dram_bytes") else 0.0
     need = weight_bytes + kv + act

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from torchsim.graph import KernelGraph
+from torchsim.hwmodels.gpu import Arch
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.templates.attention import attention
 from torchsim.lowering.templates.attention_config import AttnShape, AttnVariant
-from torchsim.lowering.templates.decode import flash_decode, flash_mla
+from torchsim.lowering.templates.decode import flash_decode, flash_mla, triton_mla
 from torchsim.lowering.templates.varlen import call_kv_lens, call_seqs
 
 DEFAULT_PAGE_TOKENS = 16  # `paged=True` without a size: vLLM's default block size
@@ -52,6 +53,12 @@ def decode_launches(call: KernelCall, hw: Any) -> list[KernelGraph]:
 
 
 def mla_launches(call: KernelCall, hw: Any) -> list[KernelGraph]:
+    """FlashMLA on sm90+; on sm80, which FlashMLA does not run on, vLLM's Triton MLA decode (TRITON_MLA, the
+    backend vLLM selects there)."""
+    if getattr(hw, "arch", None) is Arch.SM80:
+        return triton_mla(call.p("batch"), call.p("heads_q"), call.p("seq_q"), call.p("seq_kv"), hw,
+                          call.p("head_dim", 576), call.p("head_dim_v", 512), call.dtype,
+                          call.p("num_splits", 0) or None, call.p("page_size", 16))
     return flash_mla(call.p("batch"), call.p("heads_q"), call.p("seq_q"), call.p("seq_kv"), hw,
                      call.p("head_dim", 576), call.p("head_dim_v", 512), call.dtype,
                      call.p("num_splits", 0) or None, call.p("page_size", 64))

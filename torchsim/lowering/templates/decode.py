@@ -31,8 +31,9 @@ from torchsim.lowering.templates.attention_config import (
     check_variant,
     datapath_rows,
     default_config,
+    mma_work_scale,
 )
-from torchsim.lowering.templates.attention_parts import OUT_DTYPE, AttnWriter, group_ctas
+from torchsim.lowering.templates.attention_parts import OUT_DTYPE, AttnWriter, group_ctas, link
 from torchsim.lowering.templates.mla import MLA_BLOCK, MLA_REGS, MLA_THREADS, check_mla, mla_smem, mla_split_kernel
 
 COMBINE_ROWS = 32  # rows (batch x head x query) per combine CTA
@@ -244,3 +245,101 @@ def flash_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile,
         kernels.append(combine(batch * heads_q * seq_q, head_dim_v, kernel.attrs["splits"],
                                OUT_DTYPE.get(dtype, dtype), hw))
     return kernels
+
+
+# vLLM's TRITON_MLA decode backend, the MLA decode vLLM selects on sm80 (FlashMLA needs sm90): the grouped
+# stage-1 kernel of vllm/attention/ops/triton_decode_attention.py (_decode_grouped_att_m_fwd: BLOCK_H 16 query
+# heads a CTA, BLOCK 32 keys an iteration, Lk 576 as 512 + 64 RoPE dims, num_stages 2, 4 warps) over the
+# triton_mla backend's fixed num_kv_splits = 4, then its stage-2 reduce over the splits.
+TRITON_MLA_HEADS = 16  # BLOCK_H
+TRITON_MLA_KEYS = 32  # BLOCK (keys per iteration)
+TRITON_MLA_SPLITS = 4  # vllm/v1/attention/backends/mla/triton_mla.py: num_kv_splits = 4 ("TODO: heuristic")
+
+
+def triton_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile, head_dim: int = 576,
+               head_dim_v: int = 512, dtype: DType = DType.BF16, num_splits: int | None = None,
+               page_size: int = 16) -> list[KernelGraph]:
+    """vLLM's Triton MLA decode (TRITON_MLA): CTAs over (batch, 16 packed query heads, K/V split), each walking
+    its split of the latent cache 32 tokens at a time (S = Q K^T over the 576 dims, the softmax, O += P V over
+    the first 512), K/V gathered token by token through the block table with cp.async, tl.dot lowered to
+    mma.sync as on every sm80 kernel (the FA2 mainloop's nodes: torchsim.lowering.templates.attention), FP32
+    partials plus a log-sum-exp per row; then the combine kernel over the splits."""
+    check_page_size(page_size)
+    if dtype not in (DType.BF16, DType.FP16):
+        raise ValueError(f"Triton MLA dtype {dtype.name.lower()} is not supported; valid: bf16, fp16 (vLLM's "
+                         "TRITON_MLA has no FP8 KV cache)")
+    if (head_dim, head_dim_v) != (576, 512):
+        raise ValueError(f"Triton MLA decodes DeepSeek's latent cache: (head_dim, head_dim_v) must be (576, 512) "
+                         f"(512 latent + 64 RoPE dims), got ({head_dim}, {head_dim_v})")
+    if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
+        raise ValueError(f"num_splits must be a positive integer (or None for vLLM's 4), got {num_splits!r}")
+    rows = seq_q * heads_q
+    cfg = AttnConfig(AttnVariant.FA2, bm=TRITON_MLA_HEADS, bn=TRITON_MLA_KEYS, stages=2, warps=4,
+                     regs_per_thread=255)
+    n_blocks = math.ceil(seq_kv / cfg.bn)
+    splits = min(num_splits or TRITON_MLA_SPLITS, n_blocks)
+    per = math.ceil(n_blocks / splits)
+    splits = math.ceil(n_blocks / per)
+    mblocks = math.ceil(rows / cfg.bm)
+    ragged = int(seq_kv % cfg.bn != 0)
+    table = []
+    for b in range(batch):
+        for sp in range(splits):
+            n = min(per, n_blocks - sp * per)
+            for m in range(mblocks):
+                table.append(((n, ragged if sp == splits - 1 else 0), (b, 0, m, sp * per, sp)))
+    # shared memory: the Q tile and a two-slot ring of 576-wide K blocks (V is a block's first 512 columns, read
+    # from the same slot: "with is_mla there is only a single c_kv in smem")
+    smem = int((cfg.bm + cfg.stages * cfg.bn) * head_dim * dtype.nbytes)
+    classes = []
+    for cr in group_ctas(table, ("b", "hk", "m", "n0", "sp"), order=lambda key: -key[0]):
+        n, masked = cr.key
+        w = AttnWriter(GraphBuilder(f"triton_mla/{n}blocks", dtype), dtype, head_dim, head_dim_v, tma=False,
+                       q_head="hk", kv_base="n0", split="sp" if splits > 1 else "", kv_gather=page_size > 0,
+                       pages=math.ceil(n * cfg.bn / page_size) if page_size else 0,
+                       datapath_rows=datapath_rows(cfg.variant, hw), mma_scale=mma_work_scale(cfg.variant, hw, dtype))
+        classes.append(CtaClass(_write_triton_mla(w, cfg, n, bool(masked)), cr.params, cr.names,
+                                threads=threads(cfg), regs_per_thread=cfg.regs_per_thread, smem_bytes=smem))
+    out_rows = batch * rows
+    e = dtype.nbytes
+    out = splits * out_rows * (head_dim_v + 1) * 4.0 if splits > 1 else out_rows * head_dim_v * 2.0
+    io = batch * (rows * head_dim + seq_kv * head_dim) * e + out
+    shape = AttnShape(batch, heads_q, 1, seq_q, seq_kv, head_dim, False, dtype, head_dim_v)
+    kernels = [KernelGraph(
+        f"triton_mla_b{batch}_h{heads_q}_q{seq_q}_kv{seq_kv}_split{splits}", tuple(classes), flops=shape.flops(),
+        dram_bytes=io,
+        attrs={"template": "triton_mla", "variant": "triton", "bm": cfg.bm, "bn": cfg.bn, "splits": splits,
+               "blocks_per_split": per, "page_size": page_size, "batch": batch, "heads_q": heads_q,
+               "seq_q": seq_q, "seq_kv": seq_kv, "head_dim": head_dim, "head_dim_v": head_dim_v,
+               "dtype": dtype.name.lower(), "launches": 2 if splits > 1 else 1})]
+    if splits > 1:
+        kernels.append(combine(out_rows, head_dim_v, splits, OUT_DTYPE.get(dtype, dtype), hw))
+    return kernels
+
+
+def _write_triton_mla(w: AttnWriter, cfg: AttnConfig, n: int, ragged: bool) -> TileGraph:
+    """One CTA of the Triton MLA stage-1 kernel: its four warps load the 16 heads' Q once, then per 32-token
+    block: a cp.async gather of the 576-wide K block into a two-slot ring (num_stages 2), S = Q K^T, the online
+    softmax (O rescaled), O += P V with V the block's first 512 columns from the same slot, and the slot
+    refilled two blocks ahead once P V has read it; the FP32 partial and log-sum-exp at the end."""
+    b = w.b
+    g = b.group("warps", 0, cfg.warps, role="cp.async+mma.sync+softmax")
+    q = w.load_q(g, cfg.bm, aff(m=1))
+    ks = {j: w.load_kv(g, "K", cfg.bn, w.kv_block(n, j), f"load_KV[{j}]") for j in range(min(cfg.stages, n))}
+    last = -1
+    for j in range(n):
+        s = w.qk(g, cfg.bm, cfg.bn, f"S[{j}]")
+        link(b, [ks[j], q if j == 0 else -1], s)
+        sm = w.softmax(g, cfg.bm, cfg.bn, f"[{j}]", masked=ragged and j == 0)
+        link(b, [s, last], sm)
+        o = w.pv(g, cfg.bm, cfg.bn, f"O+=PV[{j}]")
+        link(b, [*sm, ks[j]], o)
+        if j + cfg.stages < n:
+            ks[j + cfg.stages] = w.load_kv(g, "K", cfg.bn, w.kv_block(n, j + cfg.stages), f"load_KV[{j + cfg.stages}]")
+            link(b, o, ks[j + cfg.stages])
+        last = o
+    norm = w.normalize(g, cfg.bm, "normalize", last)
+    for st in w.store_o(g, cfg.bm, aff(m=1), "store_O", via_smem=False):
+        b.data(norm, st)
+    return b.build()
+
