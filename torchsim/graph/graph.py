@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from torchsim.graph.kinds import MEMORY_OPS, DType, Edge, Op, Space, Unit
+from torchsim.graph.tile import ExecGroup, TileDesc
 
 _MEMORY_OP_CODES = np.array(sorted(int(op) for op in MEMORY_OPS), dtype=np.int64)
 _BARRIER_OP_CODES = np.array([int(Op.BARRIER_ARRIVE), int(Op.BARRIER_WAIT)], dtype=np.int64)
-from torchsim.graph.tile import ExecGroup, TileDesc
 
 
 @contextmanager
