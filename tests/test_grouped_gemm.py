@@ -156,3 +156,22 @@ def test_cli_grouped_gemm(capsys: pytest.CaptureFixture[str]) -> None:
     assert "tokens x top_k = 128 x 2 = 256" in capsys.readouterr().err
     assert main(["kernel", "grouped-gemm", "--tokens-per-expert", "9,x", "--n", "64", "--k", "64"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_a_large_grouped_gemm_call_is_extrapolated_without_its_full_kernel() -> None:
+    """The family of a grouped-GEMM call (from its plan: schedule and header, no CTA written) is the family of the
+    fully written kernel: the same dimensions, events, CTAs and attrs, and the same truncated instances."""
+    from torchsim.prediction.repeats import grouped_call_family, grouped_family, unbuilt_family
+
+    hw = get_profile("h100-sxm")
+    call = KernelCall.make(KernelKind.GROUPED_GEMM, DType.BF16, tokens_per_expert=(2048,) * 8, n=4096, k=4096)
+    lazy = grouped_call_family(call, hw)
+    built = grouped_family(build_kernel(call, hw), hw)
+    assert lazy is not None and built is not None and lazy.dims
+    assert unbuilt_family(call, hw) is not None  # the event budget and the simulation take this one
+    assert (lazy.dims, lazy.events, lazy.ctas, lazy.flops, lazy.name) == \
+        (built.dims, built.events, built.ctas, built.flops, built.name)
+    assert lazy.attrs == built.attrs
+    sizes = {d.name: d.start for d in lazy.dims}
+    a, b = lazy.build(sizes), built.build(sizes)
+    assert [(c.count, c.graph.num_nodes) for c in a.classes] == [(c.count, c.graph.num_nodes) for c in b.classes]
