@@ -100,8 +100,8 @@ def attention_header(shape: AttnShape, cfg: AttnConfig, hw: GpuProfile, per_seq:
     causal 128k prompt's classes take a minute to write); `per_seq` and `varlen_blocks`: a varlen kernel's
     sequences and query blocks."""
     v = cfg.variant.value
-    padded_from = shape.dv if executed_shape(shape, cfg) is not shape else 0
-    shape = executed_shape(shape, cfg)
+    run = executed_shape(shape, cfg)
+    padded_from, shape = (shape.dv if run is not shape else 0), run
     per_seq = None if per_seq is None else [executed_shape(s, cfg) for s in per_seq]
     tmem = tmem_accumulators(cfg.variant, hw)
     mblocks = math.ceil(shape.seq_q / cfg.bm)

@@ -34,7 +34,15 @@ from torchsim.lowering.templates.attention_config import (
     mma_work_scale,
 )
 from torchsim.lowering.templates.attention_parts import OUT_DTYPE, AttnWriter, group_ctas, link
-from torchsim.lowering.templates.mla import MLA_BLOCK, MLA_REGS, MLA_THREADS, check_mla, mla_smem, mla_split_kernel
+from torchsim.lowering.templates.mla import (
+    MLA_BLOCK,
+    MLA_REGS,
+    MLA_THREADS,
+    check_mla,
+    latent_io_bytes,
+    mla_smem,
+    mla_split_kernel,
+)
 
 COMBINE_ROWS = 32  # rows (batch x head x query) per combine CTA
 MAX_SPLITS = 128
@@ -76,6 +84,12 @@ def decode_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None,
     return replace(base, bm=bm, bn=bn, regs_per_thread=255 if v is AttnVariant.FA2 else 240 if bm == 64 else 168)
 
 
+def check_num_splits(num_splits: int | None, default: str) -> None:
+    """A given K/V split count is a positive integer (None: the builder's `default`)."""
+    if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
+        raise ValueError(f"num_splits must be a positive integer (or None for {default}), got {num_splits!r}")
+
+
 def check_page_size(page_size: int) -> None:
     if not isinstance(page_size, int) or page_size < 0 or page_size & (page_size - 1):
         raise ValueError(f"page_size must be 0 (contiguous K/V) or a power of two (tokens per page), got {page_size!r}")
@@ -95,8 +109,7 @@ def flash_decode(shape: AttnShape, hw: GpuProfile, num_splits: int | None = None
     the same number of blocks, and sequence b's split CTAs walk only its own blocks; a split past the end of
     a shorter sequence exits at once and writes an empty partial (zeros, log-sum-exp -inf) for the combine."""
     check_page_size(page_size)
-    if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
-        raise ValueError(f"num_splits must be a positive integer (or None for the heuristic), got {num_splits!r}")
+    check_num_splits(num_splits, "the heuristic")
     if num_splits is not None and num_splits > MAX_SPLITS:  # FlashAttention refuses these (flash_api.cpp
         # set_params_splitkv: TORCH_CHECK(params.num_splits <= 128, "num_splits > 128 not supported"))
         raise ValueError(f"num_splits {num_splits} is above FlashAttention's limit of {MAX_SPLITS} K/V splits")
@@ -233,8 +246,7 @@ def flash_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile,
     torchsim.lowering.templates.mla over a FlashAttention split heuristic, then the combine kernel."""
     check_page_size(page_size)
     shape = check_mla(batch, heads_q, seq_q, seq_kv, hw, head_dim, head_dim_v, dtype)
-    if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
-        raise ValueError(f"num_splits must be a positive integer (or None for the heuristic), got {num_splits!r}")
+    check_num_splits(num_splits, "the heuristic")
     mblocks = math.ceil(seq_q * heads_q / MLA_BLOCK)
     n_blocks = math.ceil(seq_kv / MLA_BLOCK)
     slots = hw.sms * occupancy(hw, MLA_THREADS, MLA_REGS, mla_smem(dtype))
@@ -271,8 +283,7 @@ def triton_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile
     if (head_dim, head_dim_v) != (576, 512):
         raise ValueError(f"Triton MLA decodes DeepSeek's latent cache: (head_dim, head_dim_v) must be (576, 512) "
                          f"(512 latent + 64 RoPE dims), got ({head_dim}, {head_dim_v})")
-    if num_splits is not None and (not isinstance(num_splits, int) or num_splits <= 0):
-        raise ValueError(f"num_splits must be a positive integer (or None for vLLM's 4), got {num_splits!r}")
+    check_num_splits(num_splits, "vLLM's 4")
     rows = seq_q * heads_q
     cfg = AttnConfig(AttnVariant.FA2, bm=TRITON_MLA_HEADS, bn=TRITON_MLA_KEYS, stages=2, warps=4,
                      regs_per_thread=255)
@@ -301,9 +312,7 @@ def triton_mla(batch: int, heads_q: int, seq_q: int, seq_kv: int, hw: GpuProfile
         classes.append(CtaClass(_write_triton_mla(w, cfg, n, bool(masked)), cr.params, cr.names,
                                 threads=threads(cfg), regs_per_thread=cfg.regs_per_thread, smem_bytes=smem))
     out_rows = batch * rows
-    e = dtype.nbytes
-    out = splits * out_rows * (head_dim_v + 1) * 4.0 if splits > 1 else out_rows * head_dim_v * 2.0
-    io = batch * (rows * head_dim + seq_kv * head_dim) * e + out
+    io = latent_io_bytes(batch, rows, seq_kv, head_dim, head_dim_v, dtype, splits)
     shape = AttnShape(batch, heads_q, 1, seq_q, seq_kv, head_dim, False, dtype, head_dim_v)
     kernels = [KernelGraph(
         f"triton_mla_b{batch}_h{heads_q}_q{seq_q}_kv{seq_kv}_split{splits}", tuple(classes), flops=shape.flops(),

@@ -163,18 +163,14 @@ def grouped_gemm(tokens_per_expert: Sequence[int], n: int, k: int, dtype: DType,
 
 
 def plan_kernel(plan: GroupedPlan, hw: GpuProfile) -> KernelGraph:
-    """The full kernel of `plan`: every CTA written."""
-    return KernelGraph(name=plan.name, classes=grouped_classes(plan, plan.units, hw), flops=plan.flops,
-                       dram_bytes=plan.dram_bytes, attrs=dict(plan.attrs))
-
-
-def grouped_classes(plan: GroupedPlan, units: list[WorkUnit], hw: GpuProfile) -> tuple[CtaClass, ...]:
-    """The CTA classes of `units` (the plan's, or a truncated list of them) on the plan's persistent grid."""
+    """The full kernel of `plan`: every CTA of its persistent grid written."""
     cfg, regs = plan.cfg, _regs(plan.cfg)
     out_dtype = gemm_out_dtype(plan.dtype)
-    return tuple(CtaClass(_write_cta(cp, cfg, plan.dtype, out_dtype, plan.epilogue, hw), cp.params, cp.names,
-                          threads=cfg.threads(), regs_per_thread=regs, smem_bytes=cfg.smem_bytes(plan.dtype))
-                 for cp in cta_classes(units, plan.grid))
+    classes = tuple(CtaClass(_write_cta(cp, cfg, plan.dtype, out_dtype, plan.epilogue, hw), cp.params, cp.names,
+                             threads=cfg.threads(), regs_per_thread=regs, smem_bytes=cfg.smem_bytes(plan.dtype))
+                    for cp in cta_classes(plan.units, plan.grid))
+    return KernelGraph(name=plan.name, classes=classes, flops=plan.flops, dram_bytes=plan.dram_bytes,
+                       attrs=dict(plan.attrs))
 
 
 def load_balance(result: Any) -> dict[str, float]:

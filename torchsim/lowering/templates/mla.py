@@ -41,6 +41,16 @@ def mla_smem(dtype: DType) -> int:
     return int((MLA_BLOCK * MLA_HEAD_DIM * 3 + MLA_BLOCK * MLA_BLOCK) * e)
 
 
+def latent_io_bytes(batch: int, rows: int, seq_kv: int, head_dim: int, head_dim_v: int, dtype: DType,
+                    splits: int) -> float:
+    """DRAM bytes of an MLA decode's split kernel: each sequence's `rows` query rows and its latent cache read
+    once (V is the cache's first columns), and the output written: FP32 partials plus a log-sum-exp per row
+    and split when the K/V sequence is split, else the 16-bit rows."""
+    out_rows = batch * rows
+    out = splits * out_rows * (head_dim_v + 1) * 4.0 if splits > 1 else out_rows * head_dim_v * 2.0
+    return batch * (rows * head_dim + seq_kv * head_dim) * dtype.nbytes + out
+
+
 def mla_split_kernel(shape: AttnShape, hw: GpuProfile, splits: int, page_size: int) -> KernelGraph:
     """CTAs over (batch, 64 packed query rows, K/V split); pages of `page_size` tokens via a block table."""
     rows = shape.seq_q * shape.heads_q
@@ -59,10 +69,7 @@ def mla_split_kernel(shape: AttnShape, hw: GpuProfile, splits: int, page_size: i
                        kv_gather=0 < page_size < MLA_BLOCK, datapath_rows=int(hw.tensor_datapath_rows.value))
         classes.append(CtaClass(_write(w, n, shape.seq_kv % MLA_BLOCK != 0, hw), cr.params, cr.names,
                                 threads=MLA_THREADS, regs_per_thread=MLA_REGS, smem_bytes=mla_smem(shape.dtype)))
-    out_rows = shape.batch * rows
-    out = splits * out_rows * (MLA_HEAD_DIM_V + 1) * 4.0 if splits > 1 else out_rows * MLA_HEAD_DIM_V * 2.0
-    e = shape.dtype.nbytes
-    io = shape.batch * (rows * MLA_HEAD_DIM + shape.seq_kv * MLA_HEAD_DIM) * e + out
+    io = latent_io_bytes(shape.batch, rows, shape.seq_kv, MLA_HEAD_DIM, MLA_HEAD_DIM_V, shape.dtype, splits)
     return KernelGraph(
         f"flash_mla_b{shape.batch}_h{shape.heads_q}_q{shape.seq_q}_kv{shape.seq_kv}_split{splits}", tuple(classes),
         flops=shape.flops(), dram_bytes=io,
@@ -115,4 +122,5 @@ def _write(w: AttnWriter, n: int, ragged: bool, hw: GpuProfile) -> TileGraph:
     return b.build()
 
 
-__all__ = ["MLA_BLOCK", "MLA_REGS", "MLA_THREADS", "OUT_DTYPE", "check_mla", "mla_smem", "mla_split_kernel"]
+__all__ = ["MLA_BLOCK", "MLA_REGS", "MLA_THREADS", "OUT_DTYPE", "check_mla", "latent_io_bytes", "mla_smem",
+           "mla_split_kernel"]
