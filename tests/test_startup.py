@@ -54,3 +54,35 @@ def test_a_checkout_folder_named_torchsim_does_not_shadow_the_package(tmp_path) 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "True"
+
+
+RUN = "import sys; sys.argv = ['torchsim', *{argv!r}]; from torchsim.cli import run; run()"
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["hw", "show", "h100-sxm", "--json"], 0),
+    (["kernel", "gemm", "--m", "256", "--n", "256", "--k", "256", "--json"], 0),
+    (["hw", "show", "no-such-gpu"], 2),
+])
+def test_the_command_ends_without_teardown_and_loses_no_output(argv: list[str], code: int) -> None:
+    """`torchsim` ends with os._exit once the command is done (the interpreter's teardown takes ~1 s after a
+    capture): the status is the command's and everything it printed arrives whole, a JSON object included."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", RUN.format(argv=argv)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == code, out.stderr[-2000:]
+    if code == 0:
+        assert isinstance(json.loads(out.stdout), dict)
+    else:
+        assert "no-such-gpu" in out.stderr
+
+
+def test_teardown_is_kept_where_it_does_something(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's exit hook disconnects a driver from its cluster: with ray loaded the normal exit runs."""
+    import types
+
+    from torchsim import cli
+
+    assert cli._skip_teardown() is True
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    assert cli._skip_teardown() is False
