@@ -123,7 +123,7 @@ def configuration() -> list[str]:
               f"{SDPA_FIDELITY['prefill'].label}; activations bf16",
               "  decode: metal trace; every matmul DRAM-sharded (one worker core per DRAM bank: 12 on Wormhole, 8 on "
               "Blackhole; activation width-sharded on 32 (attention) / 64 (MLP, LM head) cores); LM head in splits "
-              "of 42752 (WH) / 16032 (BH) columns",
+              "of 668 columns per lm_head core (WH: 42752 at 64 cores for dim 4096) / 16032 (BH) columns",
               "  prefill: host dispatch (no trace), matmuls on an 8x8 grid, flash SDPA; one user at a time",
               "  ops per layer as tt_transformers launches them: QKV, sharded_to_interleaved, create_qkv_heads, "
               "rotary q/k, update_cache k/v, SDPA, to_memory_config, concat_heads, WO, add, rms_norm, W1, W3, "

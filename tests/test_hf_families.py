@@ -352,3 +352,16 @@ def test_gemma2_sliding_layers_carry_their_window_into_the_fused_attention() -> 
     # sliding and global layers alternate, the sliding ones starting
     assert [c.p("window", 0) for c in attn] == [window, 0] * (cfg.num_hidden_layers // 2)
     assert all(c.p("softcap", 0) > 0 for c in attn)
+
+
+@pytest.mark.parametrize("name", ["gemma-2-9b", "phi-3-mini-4k"])
+def test_families_run_on_a_wormhole_without_roofline_kernels(name: str) -> None:
+    """Gemma-2's logit soft-capping (a divide by a scalar and a tanh) and Phi-3's concatenated rotary halves have
+    Tensix costs (before, their kernels fell back to rooflines); so does the LM head of a large vocabulary, split as
+    tt_transformers splits it."""
+    import torchsim
+
+    p = torchsim.predict(str(CONFIGS / f"{name}.json"), "wormhole-n150", prompt_len=64, decode_steps=1, cache=False)
+    assert p.stats["fallback_kernels"] == 0, [k.name for k in p.kernels if k.fallback][:5]
+    ops = {dict(k.params).get("op") for k in p.kernels if k.kind == "elementwise"}
+    assert ({"div", "tanh"} if name.startswith("gemma") else {"cat"}) <= ops

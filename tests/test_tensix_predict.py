@@ -148,3 +148,60 @@ def test_cli_predict_weights_option(capsys: pytest.CaptureFixture[str]) -> None:
                "--decode-samples", "1", "--weights", "accuracy", "--json", "--no-cache"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["hw"] == "wormhole-n150" and any("metal trace" in a for a in out["assumptions"])
+
+
+def test_lm_head_grid_and_splits_follow_the_hidden_size() -> None:
+    """tt_transformers sizes the LM head's core grid from the hidden size (rows, then columns, dropped until the
+    grid divides it) and its vocabulary splits at 668 columns per core of that grid: a 1152-wide model (Gemma-3-1B)
+    takes 36 cores and splits of 24048 columns, each of which fits L1 (at 64 cores' 42752 the weight buffer
+    overflowed it and the LM head fell back to a roofline)."""
+    from torchsim.lowering.templates.tensix.model_config import lm_head_cores, lm_head_split_cols
+    from torchsim.lowering.templates.tensix.registry import build_tensix_kernel
+
+    assert [lm_head_cores(d // 32) for d in (4096, 3072, 3584, 1152, 8192)] == [64, 48, 56, 36, 64]
+    wh, bh = get_profile("wormhole-n150"), get_profile("blackhole-p150")
+    assert lm_head_split_cols(wh, 4096 // 32) == 42752 and lm_head_split_cols(wh, 1152 // 32) == 24048
+    assert lm_head_split_cols(bh, 1152 // 32) == 128256 // 8
+    head = KernelCall.make(KernelKind.GEMM, m=1, n=262144, k=1152, name="tail.lm_head")
+    plan = adapt_plan(KernelPlan((head,), Preset.SERVING, "decode", 1, 1, 8), wh, "performance")
+    parts = [c for c in plan.calls if c.kind is KernelKind.GEMM]
+    assert [c.p("n") for c in parts] == [24048] * 10 + [262144 - 10 * 24048]
+    assert {c.p("storage_cores") for c in parts} == {36}
+    for c in parts:  # every split builds: no L1 overflow
+        assert build_tensix_kernel(c, wh).flops == pytest.approx(2.0 * 1152 * c.p("n"))
+    with pytest.raises(ValueError, match="at least one 32-wide tile"):
+        lm_head_cores(0)
+
+
+def test_prefill_block_width_divides_the_k_tiles() -> None:
+    """ttnn's matmul needs in0_block_w to divide K in tiles: a tensor-parallel shard of Granite's MLP (12800 / 8
+    = 1600 wide, 50 tiles) takes 2 (K tiles / 8 = 6 does not divide 50), and its program config builds."""
+    from torchsim.lowering.templates.tensix.model_config import Role, prefill_blocking
+    from torchsim.lowering.templates.tensix.registry import build_tensix_kernel
+
+    cfg = prefill_blocking(Role.FF2, 128, 1600, 4096)
+    assert cfg["in0_block_w"] == 2 and 50 % cfg["in0_block_w"] == 0
+    assert prefill_blocking(Role.FF2, 128, 14336, 4096)["in0_block_w"] == 8  # 448 tiles: unchanged
+    call = KernelCall.make(KernelKind.GEMM, m=128, n=4096, k=1600, name="layers.0.mlp.down_proj", grid="8x8", **cfg)
+    assert build_tensix_kernel(call, get_profile("wormhole-n150")).flops == pytest.approx(2.0 * 128 * 4096 * 1600)
+
+
+def test_eltwise_ops_of_the_hf_families_cost_what_ttnn_runs() -> None:
+    """Data movement (concat, typecast, reshape copies) costs a copy; a divide by a scalar an SFPU multiply, by a
+    tensor a reciprocal and a multiply; tanh its LUT; an op the SFPU table lacks names the known ones."""
+    from torchsim.lowering.templates.tensix.registry import build_tensix_kernel
+    from torchsim.sim import simulate
+
+    hw = get_profile("wormhole-n150")
+
+    def cycles(op: str, inputs: int = 1) -> int:
+        call = KernelCall.make(KernelKind.ELEMENTWISE, numel=1 << 20, op=op, inputs=inputs, outputs=1)
+        return simulate(build_tensix_kernel(call, hw), hw).cycles
+
+    copy = cycles("copy")
+    assert cycles("cat") == cycles("to") == cycles("stack") == cycles("reshape") == copy
+    assert cycles("div") == cycles("mul", 1)
+    assert cycles("div", 2) > cycles("mul", 2)  # + the divisor's reciprocal
+    assert copy <= cycles("tanh") < cycles("exp")  # one SFPLUT per vector against exp's polynomial
+    with pytest.raises(ValueError, match="SFPU op 'erfinv' is not modelled; known: .*tanh"):
+        cycles("erfinv")

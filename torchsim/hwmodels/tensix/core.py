@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torchsim.graph.kinds import DType, Unit
-from torchsim.hwmodels.quantity import Quantity, assumed
+from torchsim.hwmodels.quantity import Quantity, assumed, derived
 from torchsim.hwmodels.tensix.formats import TILE_ELEMENTS, MathFidelity, check_format, tile_bytes
 from torchsim.hwmodels.tensix.spec import TensixSpec
 
@@ -27,6 +27,10 @@ SFPU_OPS: dict[str, Quantity] = {
     "silu": assumed(26, "instr/vector", "assumed: exp + reciprocal + multiply"),
     "gelu": assumed(20, "instr/vector", "assumed: polynomial/tanh approximation"),
     "max": assumed(3, "instr/vector", "assumed: compare, conditional move of value and index (running argmax)"),
+    "tanh": derived(1, "instr/vector", "tenstorrent/tt-metal tt_metal/hw/ckernels/wormhole_b0/metal/llk_api/llk_sfpu/"
+                    "llk_math_eltwise_unary_sfpu_tanh.h (fast_and_approx = true by default) -> tt-llk "
+                    "ckernel_sfpu_tanh.h `_calculate_tanh_`: one lut() (SFPLUT, three piecewise-linear segments "
+                    "loaded by `_init_tanh_`) per 32-datum vector between its load and store"),
 }
 SFPU_LOAD_STORE = 2  # SFPLOAD + SFPSTORE per vector (facts.csv Wormhole-B0 sfpu.sfpload_granularity)
 VECTORS_PER_TILE = TILE_ELEMENTS // 32  # 32 datums per SFPLOAD (facts.csv sfpu.sfpload_granularity)

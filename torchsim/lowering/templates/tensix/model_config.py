@@ -104,14 +104,15 @@ def prefill_blocking(role: Role, rows: int, k: int, n: int) -> dict[str, int]:
     """tt_transformers' prefill program configs on the 8x8 grid: XQKV_PREFILL_PROGCFG (in0_block_w 1, 1x1
     subblocks, per_core_N = N tiles / 8) and matmul_config for WO / MLP (per_core_M = M tiles / 8 rows,
     per_core_N = N tiles / 8, out_subblock_w = largest <= 4 dividing it, in0_block_w = largest divisor <= 8 of
-    K tiles / 8); M is capped at prefill_len_cutoff rows per matmul (512 for Llama-3.1-8B on N150), longer
+    K tiles / 8 that also divides K tiles, as ttnn's matmul requires: a tensor-parallel shard of 50 K tiles takes
+    2, not 6); M is capped at prefill_len_cutoff rows per matmul (512 for Llama-3.1-8B on N150), longer
     prompts run it in several row blocks."""
     mt, kt, nt = -(-min(rows, 512) // 32), -(-k // 32), -(-n // 32)
     pm, pn = -(-mt // 8), -(-nt // 8)
     if role is Role.WQKV:
         return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": 1, "subblock_w": 1}
     sw = max(w for w in range(1, 5) if pn % w == 0)
-    bw = max(d for d in range(1, 9) if max(1, kt // 8) % d == 0)
+    bw = max(d for d in range(1, 9) if max(1, kt // 8) % d == 0 and kt % d == 0)
     return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": bw, "subblock_w": sw}
 
 
@@ -119,11 +120,11 @@ def storage_cores(role: Role, kt: int, nt: int) -> int:
     """Cores the decode activation is width-sharded on (the DRAM-sharded matmul's in0 senders), per role:
     attention linears on dram_shard_core_grid_for_k(dim) (find_grid: the divisor of K tiles nearest 32 cores),
     MLP on dram_shard_core_grid_for_k_and_n (the most cores <= 64 dividing K and N tiles), the LM head on its
-    lm_head_core_grid (8 x the most rows <= 8 dividing dim / 256)."""
+    lm_head_core_grid (`lm_head_cores`)."""
     if role in (Role.WQKV, Role.WO):
         return min((c for c in range(1, 65) if kt % c == 0), key=lambda c: (abs(c - 32), c))
     if role is Role.LM_HEAD:
-        return 8 * max(r for r in range(1, 9) if kt % (8 * r) == 0) if kt % 8 == 0 else 1
+        return lm_head_cores(kt)
     return max(c for c in range(1, 65) if kt % c == 0 and nt % c == 0)
 
 
@@ -179,15 +180,32 @@ def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None) -> KernelP
                              "(use dtype='fp8' for FP8 weights on GPUs)")
         return plan
     mode = WeightMode.parse(weights)
-    cols = lm_head_split_cols(hw)
-    calls = tuple(configure(c, mode, plan.phase) for op in plan.calls for c in tt_ops(op, plan.phase, cols))
+    calls = tuple(configure(c, mode, plan.phase) for op in plan.calls
+                  for c in tt_ops(op, plan.phase, lm_head_split_cols(hw, -(-int(dict(op.params).get("k", 32)) // 32))))
     return replace(plan, calls=calls)
 
 
-def lm_head_split_cols(hw: Any) -> int:
-    """Vocabulary columns per LM-head matmul: `max_columns_per_device_lm_head` = 128256 // 8 on Blackhole,
-    668 columns x the 64-core lm_head_core_grid on Wormhole ("close to the L1 limit", model_config.py)."""
-    return 128256 // 8 if getattr(getattr(hw, "chip", None), "value", "") == "blackhole" else 668 * 64
+def lm_head_cores(kt: int) -> int:
+    """Cores of tt_transformers' lm_head_core_grid for a hidden size of `kt` tiles (tenstorrent/tt-metal
+    models/tt_transformers/tt/model_config.py, single-chip and T3000 branch): from an 8 x 8 grid, rows are dropped
+    one at a time, and when none is left a column and all 8 rows again, until rows x columns divides the
+    hidden size in tiles (4096 -> 64 cores, 3072 -> 48, 3584 -> 56, 1152 -> 36)."""
+    if kt < 1:
+        raise ValueError(f"LM head: hidden size of {kt} tiles; it must be at least one 32-wide tile")
+    for cols in range(8, 0, -1):
+        for rows in range(8, 0, -1):
+            if kt % (rows * cols) == 0:
+                return rows * cols
+    return 1  # not reached: 1 x 1 divides every size
+
+
+def lm_head_split_cols(hw: Any, kt: int) -> int:
+    """Vocabulary columns per LM-head matmul for a hidden size of `kt` tiles: tt_transformers'
+    `max_columns_per_device_lm_head`, 128256 // 8 on Blackhole and on Wormhole 668 columns per core of the
+    lm_head_core_grid ("128256 / 4 / 48 = 668 columns per core is close to the L1 limit", model_config.py)."""
+    if getattr(getattr(hw, "chip", None), "value", "") == "blackhole":
+        return 128256 // 8
+    return 668 * lm_head_cores(kt)
 
 
 def tensix_weight_bytes(module: Any, hw: Any, weights: str | None = None) -> float | None:

@@ -60,12 +60,27 @@ def _rows_cols(call: KernelCall, rows: str, cols: str) -> tuple[int, int]:
     return _t(call.p(rows)), _t(call.p(cols))
 
 
+# ops that only move data (ttnn.concat, typecast, reshape / to_layout copies, repeat): each tile read and written
+# once, as a copy through Dst with no arithmetic
+MOVES = frozenset({"copy", "cat", "stack", "to", "_to_copy", "type_as", "reshape", "contiguous", "clone", "copy_",
+                   "repeat", "repeat_interleave"})
+
+
 def _elementwise(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    """ttnn's eltwise ops: binary add/sub/mul on the FPU, a tensor divide as a reciprocal on the SFPU and an FPU
+    multiply (ttnn.divide), a divide by a scalar as an SFPU multiply by its reciprocal (ttnn's unary div), the
+    data-movement ops (`MOVES`) as copies, any other op as its SFPU function (hwmodels.tensix.core.SFPU_OPS;
+    one it does not know is an error naming the known ones)."""
     numel, op = int(call.p("numel")), str(call.p("op", "add"))
     n_in = int(call.p("inputs", 2 if op in ("add", "sub", "mul") else 1))
     tiles = max(1, -(-numel // 1024))
-    work = TileWork(adds=1.0 if op in ("add", "sub") else 0.0, muls=1.0 if op == "mul" else 0.0,
-                    sfpu=() if op in ("add", "sub", "mul") else ((op if op != "copy" else "copy", 1.0),))
+    if op in MOVES:
+        work = TileWork(sfpu=(("copy", 1.0),))
+    elif op == "div":
+        work = TileWork(muls=1.0, sfpu=(("recip", 1.0),)) if n_in >= 2 else TileWork(sfpu=(("mul", 1.0),))
+    else:
+        work = TileWork(adds=1.0 if op in ("add", "sub") else 0.0, muls=1.0 if op == "mul" else 0.0,
+                        sfpu=() if op in ("add", "sub", "mul") else ((op, 1.0),))
     ins = [(f"x{i}", call.dtype, 1.0) for i in range(n_in)]
     return stream_kernel(f"eltwise_{op}", tiles, ins, call.dtype, work, hw, grid=call.p("grid", "") or None,
                          flops=float(numel))
