@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -192,3 +194,25 @@ def test_an_mla_cache_holds_one_latent_row_per_token() -> None:
     assert _kv_bytes(decode) == 4 * 1000 * 576 * 2
     assert _kv_bytes(prefill, latent=576) == 4 * 999 * 576 * 2
     assert _kv_bytes(SimpleNamespace(calls=(gqa,))) == 2 * 4 * 1000 * 8 * 128 * 2  # K and V per KV head
+
+
+def test_a_prefill_only_mla_prediction_counts_its_cache_as_latent_rows() -> None:
+    """With no decode step there is no MLA decode call to read the latent width from: the memory check takes it
+    from the model's config (kv_lora_rank + qk_rope_head_dim), as the plan cache's model facts keep it."""
+    from types import SimpleNamespace
+
+    from torchsim.hwmodels import get_profile
+    from torchsim.models.registry import get_config
+    from torchsim.prediction.pipeline import _memory_fit, _model_facts
+
+    pre = KernelCall.make(KernelKind.ATTENTION_PREFILL, DType.BF16, batch=4, heads_q=16, heads_kv=16, seq_q=999,
+                          seq_kv=999, head_dim=192, head_dim_v=128, causal=True)
+    prefill, hw = SimpleNamespace(calls=(pre,)), get_profile("h100-sxm")
+    kw: dict[str, Any] = {"tp": 1, "batch": 4, "kv_dtype": None, "allow": True}
+    _, latent = _memory_fit("m", hw, 1e9, [prefill], latent=576, **kw)
+    _, heads = _memory_fit("m", hw, 1e9, [prefill], **kw)
+    assert latent["kv_bytes"] == 4 * 999 * 576 * 2
+    assert heads["kv_bytes"] == 2 * 4 * 999 * 16 * 192 * 2  # a non-MLA reading: K and V per head
+    cfg = get_config(str(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v2-lite.json"))
+    assert cfg.latent_kv_width == 512 + 64
+    assert _model_facts(cfg, SimpleNamespace(parameters=lambda: ()), None)["latent_kv_width"] == 576

@@ -164,7 +164,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         budget.add(c for p in plans for c in p.calls)
         w_bytes = entry.weight_bytes
         warnings, memory = _memory_fit(entry.name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=entry.kv_dtype,
-                                       allow=allow_oversubscribe, share=mb / pp)
+                                       allow=allow_oversubscribe, share=mb / pp,
+                                       latent=int(entry.facts.get("latent_kv_width", 0)))
     else:
         entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan = _capture(
             model, prof, system, scenarios, batch // mb // dp, preset=preset, dtype=dtype, kv_cache=kv_cache,
@@ -407,7 +408,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             w_bytes -= experts * (dp - 1) / pp
         # before the decode steps are simulated (an error stops the prefill's workers at once)
         warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
-                                       allow=allow_oversubscribe, share=mb / pp)
+                                       allow=allow_oversubscribe, share=mb / pp,
+                                       latent=int(getattr(cfg, "latent_kv_width", 0) or 0))
         if bg.futures:  # this process simulates the decode steps' kernels meanwhile
             rest = [c for p in plans[1:] for c in p.calls if c.key() not in bg.keys]
             simulate_many(rest, prof, max_events=max_sim_events, workers=1, disk=disk)
@@ -450,6 +452,8 @@ def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
                              "context": _context(cfg)}
     if hasattr(cfg, "kv_bytes_per_token"):
         facts["kv_bytes_per_token"] = int(cfg.kv_bytes_per_token(1 if kv_dtype is not None else 2))
+    if getattr(cfg, "latent_kv_width", 0):  # MLA: the latent row each token caches per layer (memory fit)
+        facts["latent_kv_width"] = int(cfg.latent_kv_width)
     return facts
 
 
@@ -726,11 +730,13 @@ def _activation_bytes(plan: KernelPlan) -> float:
 
 
 def _memory_fit(name: str, prof: Any, weight_bytes: float, plans: Sequence[KernelPlan], *, tp: int, batch: int,
-                kv_dtype: Any, allow: bool, share: float = 1.0) -> tuple[list[str], dict[str, Any]]:
+                kv_dtype: Any, allow: bool, share: float = 1.0, latent: int = 0) -> tuple[list[str], dict[str, Any]]:
     """Weights + KV cache (at the last step's length) + activations per GPU against its memory: a report, and
     an error naming what would fit when it does not (a warning with `allow`). `share`: the part of the plans' KV
-    one GPU holds (pipeline parallelism: its stage's layers, for every micro-batch)."""
-    latent = _latent_width(plans)
+    one GPU holds (pipeline parallelism: its stage's layers, for every micro-batch). `latent`: an MLA model's
+    cached latent row width from its config, which a prefill-only prediction (no MLA decode call to read it from)
+    counts its cache in."""
+    latent = max(_latent_width(plans), latent)
     kv = max((_kv_bytes(p, latent) for p in plans), default=0.0) * share
     act = max((_activation_bytes(p) for p in plans), default=0.0)
     cap = float(prof.dram_bytes.value) if hasattr(prof, "dram_bytes") else 0.0
