@@ -205,3 +205,20 @@ def test_eltwise_ops_of_the_hf_families_cost_what_ttnn_runs() -> None:
     assert copy <= cycles("tanh") < cycles("exp")  # one SFPLUT per vector against exp's polynomial
     with pytest.raises(ValueError, match="SFPU op 'erfinv' is not modelled; known: .*tanh"):
         cycles("erfinv")
+
+
+def test_moe_routing_and_reductions_have_tensix_templates() -> None:
+    """ROUTER_TOPK (ttnn.topk + softmax over 64 padded gate columns) and REDUCE (ttnn.sum) build and cost more
+    for more tokens / a larger input (single-chip MoE families used to fall back to rooflines for both)."""
+    from torchsim.lowering.templates.tensix.registry import build_tensix_kernel
+    from torchsim.sim import simulate
+
+    hw = get_profile("wormhole-n150")
+
+    def cycles(kind: KernelKind, **params: int) -> int:
+        return simulate(build_tensix_kernel(KernelCall.make(kind, **params), hw), hw).cycles
+
+    assert cycles(KernelKind.ROUTER_TOPK, tokens=4096, experts=8, top_k=2) > \
+        cycles(KernelKind.ROUTER_TOPK, tokens=32, experts=8, top_k=2) > 0
+    assert cycles(KernelKind.REDUCE, numel_in=8 << 20, numel_out=1 << 20) > \
+        cycles(KernelKind.REDUCE, numel_in=2 << 20, numel_out=1 << 20) > 0

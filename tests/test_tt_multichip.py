@@ -147,3 +147,28 @@ def test_llama_70b_fits_t3000_not_n150() -> None:
 def test_bad_input_is_a_clear_error(hw: str, kw: dict[str, int], match: str) -> None:
     with pytest.raises((ValueError, ParallelError), match=match):
         predict("llama3-70b", hw, weights="performance", **STEP, **kw)
+
+
+def test_mixtral_runs_an_expert_per_chip_as_the_t3000_demo_does() -> None:
+    """An MoE model on a Tenstorrent mesh takes tt-metal's Mixtral layout: the residual replicated, the gate
+    (padded to 64 columns) and top-k on every chip, the chip's one expert dense over every token, its output
+    scaled, all-gathered and summed (a reduce-mask matmul in decode, fast_reduce_nc in prefill), as WO's partial
+    sums are; no token dispatch kernel and no roofline kernel."""
+    p = predict("mixtral-tiny", "t3000", tp=8, weights="performance", **STEP)
+    assert p.stats["fallback_kernels"] == 0
+    dec, pre = p.step_kernels("decode", 0), [k for k in p.kernels if k.phase == "prefill"]
+    layer0 = [k for k in dec if k.layer == 0]
+    gate = [k for k in layer0 if k.name.endswith("mlp.gate")]
+    assert [dict(k.params)["n"] for k in gate] == [64]
+    experts = {k.name.rsplit(".", 1)[-1]: dict(k.params) for k in layer0 if ".experts." in k.name and k.kind == "gemm"}
+    assert experts["gate_proj"]["m"] == experts["up_proj"]["m"] == experts["down_proj"]["m"] == 1  # every token
+    assert experts["gate_proj"]["n"] == 512 and experts["down_proj"]["k"] == 512  # the whole expert, not a slice
+    assert not any(dict(k.params).get("op") == "moe_align" for k in p.kernels)
+    gathers = [dict(k.params) for k in layer0 if k.kind == "collective"]
+    assert [g["op"] for g in gathers] == ["all-gather", "all-gather"]  # WO's partials, the experts' outputs
+    assert all(g["nbytes"] == 8 * 32 * 256 * 2 and g["ranks"] == 8 for g in gathers)
+    sums = [k for k in layer0 if k.name.endswith("reduce_mask_matmul")]
+    assert len(sums) == 2 and all(dict(k.params)["k"] == 32 * 8 for k in sums)
+    assert sum(k.name.endswith("fast_reduce_nc") for k in pre if k.layer == 0) == 2
+    with pytest.raises(ParallelError, match="4 experts on tp=8 chips.*one expert per chip, so it needs tp=4"):
+        predict("mixtral-micro", "t3000", tp=8, weights="performance", **STEP)

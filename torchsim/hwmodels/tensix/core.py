@@ -27,6 +27,9 @@ SFPU_OPS: dict[str, Quantity] = {
     "silu": assumed(26, "instr/vector", "assumed: exp + reciprocal + multiply"),
     "gelu": assumed(20, "instr/vector", "assumed: polynomial/tanh approximation"),
     "max": assumed(3, "instr/vector", "assumed: compare, conditional move of value and index (running argmax)"),
+    "topk": assumed(64, "instr/vector", "assumed: ttnn.topk's bitonic network over a 64-wide row of gate logits, "
+                    "log2(64) x (log2(64) + 1) / 2 = 21 compare-exchange stages of ~3 SFPU instructions (load, "
+                    "SFPSWAP, store) per 32-datum vector (the LLK sources were not read)"),
     "tanh": derived(1, "instr/vector", "tenstorrent/tt-metal tt_metal/hw/ckernels/wormhole_b0/metal/llk_api/llk_sfpu/"
                     "llk_math_eltwise_unary_sfpu_tanh.h (fast_and_approx = true by default) -> tt-llk "
                     "ckernel_sfpu_tanh.h `_calculate_tanh_`: one lut() (SFPLUT, three piecewise-linear segments "

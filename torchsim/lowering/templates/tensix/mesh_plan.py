@@ -59,11 +59,7 @@ def _is_residual_norm(c: KernelCall) -> bool:
     return c.kind in (KernelKind.RMSNORM, KernelKind.ADD_RMSNORM) and not c.name.endswith(("q_norm", "k_norm"))
 
 
-def tt_shard_plan(plan: KernelPlan, tp: int, system: str, *, ring: bool) -> KernelPlan:
-    """The kernels one chip of `tp` runs for `plan` under tt_transformers' 1D layout (module docstring), with
-    its CCL ops as COLLECTIVE calls on `system`; `ring`: the CCL ops run a ring over the `tp` chips."""
-    if tp == 1:
-        return plan
+def _check_heads(plan: KernelPlan, tp: int) -> dict[int | None, tuple[int, int, int]]:
     heads = _heads(plan)
     for layer, (hq, hkv, _d) in sorted(heads.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         if hq % tp:
@@ -71,6 +67,18 @@ def tt_shard_plan(plan: KernelPlan, tp: int, system: str, *, ring: bool) -> Kern
                                 f"splits the heads over the chips); valid tp: "
                                 f"{', '.join(str(t) for t in range(2, hq + 1) if hq % t == 0 and t <= 32)}")
         kv_heads_per_rank(hkv, tp)  # KV heads split, or replicated when tp is a multiple of them
+    return heads
+
+
+def tt_shard_plan(plan: KernelPlan, tp: int, system: str, *, ring: bool) -> KernelPlan:
+    """The kernels one chip of `tp` runs for `plan` under tt_transformers' 1D layout (module docstring), with
+    its CCL ops as COLLECTIVE calls on `system`; `ring`: the CCL ops run a ring over the `tp` chips. A plan with
+    MoE layers takes tt-metal's Mixtral layout instead (`tt_expert_plan`)."""
+    if tp == 1:
+        return plan
+    if any(c.kind is KernelKind.GROUPED_GEMM for c in plan.calls):
+        return tt_expert_plan(plan, tp, system)
+    heads = _check_heads(plan, tp)
     out: list[KernelCall] = []
     sharded = False  # between a column- and a row-parallel GEMM: this chip's heads or columns only
     for c in plan.calls:
@@ -143,4 +151,160 @@ def _norm(c: KernelCall, tp: int, system: str, phase: str) -> list[KernelCall]:
     return [*out, _collective("all-gather", full, tp, system, c), norm]
 
 
-__all__ = ["fused_all_gather_matmul", "tt_shard_plan"]
+ROUTER_COLS = 64  # ttnn.topk's smallest row: Mixtral's 8 gate columns padded to 64 (mixtral_moe.py)
+
+
+def tt_expert_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
+    """What one chip of `tp` runs for an MoE model in tt-metal's Mixtral-8x7B T3000 layout
+    (models/demos/t3000/mixtral8x7b/tt: mixtral_attention.py, mixtral_moe.py, mixtral_mlp.py):
+
+    - the residual stream is replicated: every chip holds the full hidden width, and the norms run on it whole
+      (no CCL before them);
+    - attention: QKV column-parallel (the chip's query heads and its KV head), SDPA on them, WO row-parallel;
+      its partial sums of the full hidden width are all-gathered and summed on every chip (decode: a matmul with
+      a 32 x 32 * chips reduce mask; prefill: fast_reduce_nc over the gathered copies);
+    - MoE: each chip holds one expert (as many chips as experts): the gate GEMM (padded to 64 columns) and the
+      top-k run on every chip for every token; the chip's expert runs its W1, W3, SiLU-and-mul and W2 on every
+      token (dense: weights of unselected tokens are zero), its output is scaled by the routing weight, then
+      all-gathered and summed as WO's;
+    - the LM head is split over the vocabulary (logits stay on their chips).
+
+    No token dispatch (the GPU plan's moe_align) and no sorted grouped GEMM run here. CCL sizes as in
+    `tt_shard_plan` (all-gather: the gathered output, bf16, rows padded to 32)."""
+    experts = {c.layer: int(c.p("experts")) for c in plan.calls if c.kind is KernelKind.ROUTER_TOPK}
+    for layer, e in sorted(experts.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        if e != tp:
+            raise ParallelError(f"layer {layer} has {e} experts on tp={tp} chips: tt-metal's MoE layout on a "
+                                f"Tenstorrent mesh (Mixtral's 8 experts on a T3000's 8 chips) holds one expert per "
+                                f"chip, so it needs tp={e}; other expert layouts are not modelled on Tensix")
+    if not experts:
+        raise ParallelError("an MoE plan without a router (ROUTER_TOPK) kernel: its experts cannot be laid out "
+                            "over the chips")
+    heads = _check_heads(plan, tp)
+    out: list[KernelCall] = []
+    sharded = False
+    tokens: dict[int | None, int] = {}  # per layer: every token the chip's expert runs on (the gate GEMM's rows)
+    grouped_seen: dict[int | None, int] = {}
+    for c in plan.calls:
+        k = c.kind
+        hq, hkv, d = heads.get(c.layer, (0, 0, 0))
+        kvr = kv_heads_per_rank(hkv, tp) if hkv else 0
+        if k is KernelKind.GEMM and c.layer in experts and c.p("n") == experts[c.layer]:  # the router's gate
+            tokens[c.layer] = int(c.p("m")) * int(c.p("batch", 1))
+            out.append(_set(c, n=ROUTER_COLS))
+            continue
+        if k is KernelKind.GEMM:
+            role = _role(c)
+            rows = _pad(c.p("m"))
+            if role == "vocab":
+                out.append(_set(c, n=_pad(-(-c.p("n") // tp))))
+            elif role == "column":
+                out.append(_set(c, n=_column_n(c, tp, hq, hkv, kvr, d)))
+                sharded = True
+            elif role == "row":
+                row = _set(c, k=_split(c.p("k"), tp, "k", c))
+                site = (c.module_path or c.name).rsplit(".", 1)[0]  # the attention module, not its WO
+                out += [row, *_gather_sum(row, site, rows, c.p("n"), tp, system, plan.phase)]
+                sharded = False
+            else:
+                raise ParallelError(f"GEMM {c.name!r} ({c.module_path}): its role in tt-metal's MoE layout is not "
+                                    "known")
+            continue
+        if k is KernelKind.ELEMENTWISE and c.p("op", "") == "moe_align":
+            continue  # no token dispatch: the chip's expert runs on every token
+        if k is KernelKind.GROUPED_GEMM:
+            m = tokens.get(c.layer)
+            if m is None:
+                raise ParallelError(f"grouped GEMM {c.name!r}: no gate GEMM before it in layer {c.layer}")
+            first = grouped_seen.setdefault(c.layer, 0) == 0
+            grouped_seen[c.layer] += 1
+            if first:  # W1 and W3 (the gate-up projection of the chip's expert)
+                half = _split(int(c.p("n")), 2, "n (gate and up)", c)
+                out += [_expert_gemm(c, "gate_proj", m, half, int(c.p("k"))),
+                        _expert_gemm(c, "up_proj", m, half, int(c.p("k")))]
+            else:  # W2
+                out.append(_expert_gemm(c, "down_proj", m, int(c.p("n")), int(c.p("k"))))
+            continue
+        if k is KernelKind.SILU_MUL and c.layer in tokens and grouped_seen.get(c.layer):
+            out.append(_set(c, rows=tokens[c.layer]))
+            continue
+        if k is KernelKind.REDUCE and c.layer in tokens and grouped_seen.get(c.layer):  # the experts' combine
+            m, hidden = tokens[c.layer], int(c.p("numel_out")) // tokens[c.layer]
+            scale = replace(c, kind=KernelKind.ELEMENTWISE, name=f"{c.name}.routing_weight_mul",
+                            params=tuple(sorted({"numel": m * hidden, "inputs": 2, "outputs": 1,
+                                                 "op": "mul"}.items())))
+            out += [scale, *_gather_sum(scale, c.module_path or c.name, _pad(m), hidden, tp, system, plan.phase)]
+            continue
+        if k is KernelKind.ARGMAX and c.p("vocab", 0):
+            out.append(_set(c, vocab=_pad(-(-c.p("vocab") // tp))))
+            continue
+        if sharded:
+            c = _shard_inner(c, tp, hq, hkv, kvr)
+        out.append(c)
+    return replace(plan, calls=tuple(_demo_config(c, plan.phase) for c in out))
+
+
+# The Mixtral T3000 demo's own matmul program configs (models/demos/t3000/mixtral8x7b/tt/model_config.py), by
+# projection: decode (32 rows) as 1D multicasts of the activations over the cores, each core reading its
+# columns of the DRAM-interleaved weights -- (per_core_N, in0_block_w, out_subblock_w) of QKV_MM_OUTPUT_PROGCFG,
+# LM_HEAD_OUTPUT_PROGCFG (WO), FF1/FF3_OUTPUT_PROGCFG and FF2_OUTPUT_PROGCFG, with the LoFi compute kernel config;
+# a 128-token prefill's expert matmuls as the 2D PREFILL_MLP_W1/W3/W2_PRG_CONFIG_128 (per_core_M 1).
+DEMO_DECODE = {"qkv": (1, 4, 1), "o_proj": (2, 1, 2), "gate_proj": (7, 2, 1), "up_proj": (7, 2, 1),
+               "down_proj": (2, 7, 1)}
+DEMO_PREFILL_128 = {"gate_proj": (56, 1, 1), "up_proj": (56, 1, 1), "down_proj": (16, 1, 1)}
+DEMO_FIDELITY = "LoFi"
+DEMO_GRID = 64  # the 8 x 8 compute grid the demo's configs run on
+
+
+def _demo_config(c: KernelCall, phase: str) -> KernelCall:
+    """`c` with the demo's program config where it has one for the projection and the shape divides as the demo's
+    does (another MoE model's shapes keep the template's own selection)."""
+    if c.kind is not KernelKind.GEMM:
+        return c
+    from torchsim.lowering.templates.tensix.matmul import MatmulConfig, program_config_param
+
+    parts = c.name.replace("+", ".").split(".")
+    proj = "qkv" if "q_proj" in parts else next((p for p in reversed(parts) if p in DEMO_DECODE), "")
+    mt, nt, kt = -(-int(c.p("m")) // TILE), -(-int(c.p("n")) // TILE), -(-int(c.p("k")) // TILE)
+    if phase == "decode" and mt == 1 and proj in DEMO_DECODE:
+        pn, bw, sw = DEMO_DECODE[proj]
+        cores = -(-nt // pn)
+        cfg = MatmulConfig((min(8, cores), -(-cores // 8)), 1, pn, bw, 1, sw, "all", "none",
+                           rule="Mixtral T3000 demo: 1D mcast in0")
+    elif phase == "prefill" and mt == 4 and proj in DEMO_PREFILL_128:
+        pn, bw, sw = DEMO_PREFILL_128[proj]
+        cores = -(-nt // pn)
+        cfg = MatmulConfig((cores, mt), 1, pn, bw, 1, sw, "row", "col", rule="Mixtral T3000 demo: 2D, 128 tokens")
+    else:
+        return c
+    if (cores if phase == "decode" else cores * mt) > DEMO_GRID or nt % pn or kt % bw:
+        return c
+    return _set(c, program_config=program_config_param(cfg), fidelity=DEMO_FIDELITY)
+
+
+def _expert_gemm(c: KernelCall, proj: str, m: int, n: int, k: int) -> KernelCall:
+    """One dense GEMM of the chip's expert over every token, named by its projection (its tt_transformers
+    weight role: gate/up as FF1/FF3, down as FF2)."""
+    return KernelCall.make(KernelKind.GEMM, c.dtype, name=f"{c.name}.{proj}", phase=c.phase, layer=c.layer,
+                           stream=c.stream, module_path=c.module_path, source=c.source, m=m, n=n, k=k,
+                           epilogue="none")
+
+
+def _gather_sum(after: KernelCall, where: str, rows: int, hidden: int, tp: int, system: str,
+                phase: str) -> list[KernelCall]:
+    """The chips' partial outputs ([rows, hidden] each) all-gathered and summed on every chip: in decode a matmul
+    of the 32 x (32 x chips) reduce mask with the gathered rows, in prefill fast_reduce_nc over the copies."""
+    gathered = _collective("all-gather", tp * rows * hidden * ACT_BYTES, tp, system, after)
+    if phase == "decode" and rows <= TILE:
+        total = KernelCall.make(KernelKind.GEMM, after.dtype, name=f"{where}.reduce_mask_matmul", phase=after.phase,
+                                layer=after.layer, stream=after.stream, module_path=after.module_path,
+                                source=after.source, m=TILE, n=hidden, k=TILE * tp, epilogue="none")
+    else:
+        total = KernelCall.make(KernelKind.ELEMENTWISE, after.dtype, name=f"{where}.fast_reduce_nc",
+                                phase=after.phase, layer=after.layer, stream=after.stream,
+                                module_path=after.module_path, source=after.source, numel=rows * hidden, inputs=tp,
+                                outputs=1, op="add")
+    return [gathered, total]
+
+
+__all__ = ["fused_all_gather_matmul", "tt_expert_plan", "tt_shard_plan"]

@@ -141,6 +141,9 @@ def configure(call: KernelCall, mode: WeightMode, phase: str) -> KernelCall:
             return call
         p = precision(mode, role)
         extra: dict[str, Any] = {"in1_dtype": p.weights.name.lower(), "fidelity": p.fidelity.label}
+        if call.p("program_config", ()):  # a layout that names the model's own program config (mesh_plan's MoE
+            # layout): its config and math fidelity stand, the role gives the weights' format
+            return with_params(call, in1_dtype=extra["in1_dtype"], fidelity=call.p("fidelity", "") or p.fidelity.label)
         rows = int(call.p("m", 0)) * int(call.p("batch", 1)) if call.kind is KernelKind.GEMM else 0
         if call.kind is KernelKind.GEMM and 0 < rows <= DECODE_ROWS and (phase == "decode" or role is Role.LM_HEAD):
             kt, nt = -(-int(call.p("k")) // 32), -(-int(call.p("n")) // 32)

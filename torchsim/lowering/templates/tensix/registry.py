@@ -78,8 +78,8 @@ def _elementwise(call: KernelCall, hw: TensixProfile) -> KernelGraph:
         work = TileWork(sfpu=(("copy", 1.0),))
     elif op == "div":
         work = TileWork(muls=1.0, sfpu=(("recip", 1.0),)) if n_in >= 2 else TileWork(sfpu=(("mul", 1.0),))
-    else:
-        work = TileWork(adds=1.0 if op in ("add", "sub") else 0.0, muls=1.0 if op == "mul" else 0.0,
+    else:  # an add over more than two inputs (fast_reduce_nc's sum of gathered partials) is n - 1 tile adds
+        work = TileWork(adds=max(1, n_in - 1) if op in ("add", "sub") else 0.0, muls=1.0 if op == "mul" else 0.0,
                         sfpu=() if op in ("add", "sub", "mul") else ((op, 1.0),))
     ins = [(f"x{i}", call.dtype, 1.0) for i in range(n_in)]
     return stream_kernel(f"eltwise_{op}", tiles, ins, call.dtype, work, hw, grid=call.p("grid", "") or None,
@@ -136,6 +136,29 @@ def _argmax(call: KernelCall, hw: TensixProfile) -> KernelGraph:
                          flops=float(call.p("rows")) * call.p("vocab"))
 
 
+def _router_topk(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    """MoE routing as tt-metal's Mixtral runs it on a chip (models/demos/t3000/mixtral8x7b/tt/mixtral_moe.py): the
+    gate logits padded to 64 columns (ttnn.topk's smallest row), a mask add, the top-k on the SFPU, a softmax over
+    the kept values and the expert's weight picked out (ttnn.moe fuses these in decode): per 32-row tile of
+    tokens, two column tiles through a top-k, an exp, a reciprocal of the row sum and a few adds and multiplies."""
+    r, c = _t(call.p("tokens")), max(2, _t(call.p("experts")))
+    work = TileWork(adds=2.0, muls=2.0, reduces=1.0, sfpu=(("topk", 1.0), ("exp", 1.0), ("recip", 1.0 / c)),
+                    llk_calls=8.0)
+    return stream_kernel("router_topk", r * c, [("logits", call.dtype, 1.0)], call.dtype, work, hw,
+                         grid=call.p("grid", "") or None, flops=4.0 * call.p("tokens") * call.p("experts"))
+
+
+def _reduce(call: KernelCall, hw: TensixProfile) -> KernelGraph:
+    """A sum over a dimension (ttnn.sum / fast_reduce_nc): the input tiles streamed through FPU adds into the
+    output's tiles."""
+    n_in, n_out = int(call.p("numel_in")), max(1, int(call.p("numel_out")))
+    out_tiles = max(1, -(-n_out // 1024))
+    ratio = max(1.0, n_in / n_out)
+    return stream_kernel("reduce", out_tiles, [("x", call.dtype, ratio)], call.dtype,
+                         TileWork(adds=max(1.0, ratio - 1.0), llk_calls=2.0), hw, grid=call.p("grid", "") or None,
+                         flops=float(n_in))
+
+
 def _grouped_gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
     """MoE experts: one matmul per expert sized by its routed tokens, launched back to back (one CTA class
     each); experts without tokens cost nothing."""
@@ -183,6 +206,8 @@ TENSIX_TEMPLATES: dict[KernelKind, Builder] = {
     KernelKind.ROPE: _rope,
     KernelKind.EMBEDDING: _embedding,
     KernelKind.ARGMAX: _argmax,
+    KernelKind.ROUTER_TOPK: _router_topk,
+    KernelKind.REDUCE: _reduce,
 }
 
 
