@@ -8,7 +8,10 @@ with the MAPE of busbw per group (system x collective) and per regime (latency-b
 Rows measured without CUDA graphs (graph = 0, nccl-tests' default) are compared with the eager time. One number
 is calibrated, host_enqueue_s, on the rows COLL-H100x4-AR-01..09 (the eager floor of the 4 x H100 sweep): the
 MAPE is printed for all rows, for those rows (in-sample) and for every other row (held out). Every other constant
-comes from the system profiles (torchsim hw show dgx-h100).
+comes from the system profiles (torchsim hw show dgx-h100). (3) The serving engines' custom all-reduce
+(torchsim.sim.custom_allreduce) and the NCCL model beside vLLM's device-communicator benchmark on H100
+(torchsim/validation/custom_allreduce_published.csv): MAPE of the time per implementation, and which of them the
+serving preset would run.
 """
 
 from __future__ import annotations
@@ -65,6 +68,37 @@ def compare() -> dict[str, float]:
     return out
 
 
+CUSTOM = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "custom_allreduce_published.csv"
+
+
+def compare_custom() -> dict[str, float]:
+    """vLLM's one-/two-stage custom all-reduce and pynccl rows beside torchsim's custom all-reduce and NCCL models
+    (device time); the rows' timing mode (CUDA graph or not) was not read, so NCCL is shown both ways."""
+    from torchsim.sim.custom_allreduce import STAGES, custom_allreduce_time
+
+    stage_of = {v: k for k, v in STAGES.items()}
+    errs: dict[str, list[float]] = defaultdict(list)
+    print("\nall-reduce on H100 (vLLM benchmark_device_communicators.py rows) beside the models")
+    print(f"{'row':<8} {'ranks':>5} {'size':>9} {'impl':<10} {'measured us':>12} {'model us':>9} {'err':>7}  "
+          f"serving preset runs")
+    for r in csv.DictReader(CUSTOM.open()):
+        hw, n, b, impl = get_system(r["system"]), int(r["ranks"]), int(r["bytes"]), r["implementation"]
+        meas = float(r["time_us"])
+        if impl in stage_of:
+            model = custom_allreduce_time(stage_of[impl], hw, n, b) * 1e6
+        else:  # pynccl: NCCL under CUDA-graph replay (device time)
+            model = collective_cost("all-reduce", hw, n, b).time_s * 1e6
+        err = 100 * (model - meas) / meas
+        errs[impl].append(abs(err))
+        pick = collective_cost("all-reduce", hw, n, b, custom_ar=True)
+        print(f"{r['id']:<8} {n:>5} {b / 2**20:>7.2f}Mi {impl:<10} {meas:>12.1f} {model:>9.1f} {err:>+6.1f}%  "
+              f"{pick.algorithm} ({pick.time_s * 1e6:.1f} us)")
+    out = {k: sum(v) / len(v) for k, v in errs.items()}
+    for k, v in out.items():
+        print(f"  MAPE {k:<10} {v:5.1f} %  ({len(errs[k])} rows)")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="sweep by x8 instead of x2")
@@ -74,6 +108,7 @@ def main() -> None:
         for coll in ("all-reduce", "all-to-all"):
             sweep(system, coll, factor, eager=True)
     compare()
+    compare_custom()
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 For each case: TTFT, TPOT, the collectives' share of a decode step and of prefill, and the speed-up over the
 previous TP degree (where more ranks stop helping: the speed-up falls towards 1 as all-reduce latency takes over
 from the shrinking GEMMs). One rank of the Megatron split is simulated (torchsim.lowering.parallel); collectives
-are NCCL's on the GPU's 8-GPU system (torchsim.sim.collectives). A TP degree whose weights do not fit one GPU is
-predicted anyway (allow_oversubscribe) and marked "over memory". Wall time per prediction is printed (this
+are NCCL's on the GPU's 8-GPU system (torchsim.sim.collectives), an all-reduce the serving engines' custom
+one-/two-stage kernel where that is faster (torchsim.sim.custom_allreduce). A TP degree whose weights do not fit
+one GPU is predicted anyway (allow_oversubscribe) and marked "over memory". Wall time per prediction is printed (this
 machine, warm cache after the first).
 """
 

@@ -177,3 +177,38 @@ def test_eager_launches_are_bounded_by_the_host() -> None:
     assert s.host_enqueue_s.kind == "calibrated" and "COLL-H100x4-AR" in s.host_enqueue_s.source
     ids = {r["id"] for r in csv.DictReader(PUBLISHED.open())}
     assert {f"COLL-H100x4-AR-{i:02d}" for i in range(1, 10)} <= ids  # the rows it cites exist
+
+
+def test_custom_allreduce_follows_vllms_measurements_and_stays_within_its_domain() -> None:
+    """The serving engines' one-/two-stage all-reduce (calibrated on vLLM's H100 benchmark) is within 20% of each
+    published row it was fitted on or held out from (worst: 18%, two stages at 1.5 MiB on 4 GPUs, where the
+    measurements jump 18 -> 27 us); it is taken only where it beats NCCL, only for an all-reduce,
+    only on NVLink and up to 8 MiB; its time grows with the bytes each GPU reads from its peers."""
+    import csv
+    from pathlib import Path
+
+    from torchsim.hwmodels.systems import get_system
+    from torchsim.sim.collectives import collective_cost
+    from torchsim.sim.custom_allreduce import MAX_BYTES, STAGES, custom_allreduce_time
+
+    rows = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "custom_allreduce_published.csv"
+    stage_of = {v: k for k, v in STAGES.items()}
+    with rows.open() as f:
+        ca = [r for r in csv.DictReader(f) if r["implementation"] in stage_of]
+    assert len(ca) == 36 and all("vllm-project/vllm PR #" in r["source"] for r in ca)
+    for r in ca:
+        t = custom_allreduce_time(stage_of[r["implementation"]], get_system(r["system"]), int(r["ranks"]),
+                                  int(r["bytes"]))
+        assert t == pytest.approx(float(r["time_us"]) * 1e-6, rel=0.2), r["id"]
+    h100 = get_system("dgx-h100")
+    small = collective_cost("all-reduce", h100, 8, 256 << 10, custom_ar=True)
+    nccl = collective_cost("all-reduce", h100, 8, 256 << 10)
+    assert small.algorithm == "oneshot" and small.time_s < nccl.time_s
+    assert {c.algorithm for c in small.candidates} >= {"oneshot", "twoshot", "ring"}
+    big = collective_cost("all-reduce", h100, 8, int(MAX_BYTES.value) * 2, custom_ar=True)
+    assert big.algorithm in ("ring", "tree", "nvls")  # above vLLM's max_size: NCCL
+    assert collective_cost("all-gather", h100, 8, 256 << 10, custom_ar=True).algorithm != "oneshot"
+    pcie = collective_cost("all-reduce", get_system("h100-pcie-8"), 4, 256 << 10, custom_ar=True)
+    assert pcie.algorithm not in ("oneshot", "twoshot")
+    times = [custom_allreduce_time("oneshot", h100, 4, b) for b in (1 << 16, 1 << 20, 1 << 22)]
+    assert times == sorted(times) and custom_allreduce_time("oneshot", h100, 8, 1 << 20) > times[1]

@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.plan import KernelPlan
+from torchsim.lowering.plan import KernelPlan, Preset
 
 # the last component of a GEMM's module path (a fused GEMM joins its parts with '+'), by Megatron role
 COLUMN = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj",
@@ -84,10 +84,14 @@ def _split(value: int, tp: int, what: str, c: KernelCall) -> int:
     return value // tp
 
 
-def _collective(op: str, nbytes: int, tp: int, system: str, after: KernelCall) -> KernelCall:
+def _collective(op: str, nbytes: int, tp: int, system: str, after: KernelCall, *,
+                custom_ar: bool = False) -> KernelCall:
+    """A COLLECTIVE call after `after`; `custom_ar`: an all-reduce a serving engine runs, which may take its custom
+    one-/two-stage kernels instead of NCCL (torchsim.sim.custom_allreduce)."""
+    extra: dict[str, Any] = {"custom_ar": True} if custom_ar else {}
     return KernelCall.make(KernelKind.COLLECTIVE, after.dtype, name=f"{after.name}.{op}", phase=after.phase,
                            layer=after.layer, stream=after.stream, module_path=after.module_path,
-                           source=after.source, op=op, nbytes=int(nbytes), ranks=tp, system=system)
+                           source=after.source, op=op, nbytes=int(nbytes), ranks=tp, system=system, **extra)
 
 
 def _heads(plan: KernelPlan) -> dict[int | None, tuple[int, int, int]]:
@@ -118,9 +122,10 @@ def shard_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int
     out: list[KernelCall] = []
     sharded = False  # between a column- and the next row-parallel GEMM: this rank's heads or columns only
     pending: tuple[KernelCall, int] | None = None  # partial sums to all-reduce: after which kernel, their bytes
+    engine = plan.preset is Preset.SERVING  # a serving engine's all-reduce: its custom kernels where they are faster
     for c in plan.calls:
         if pending is not None and c.kind is not KernelKind.REDUCE:
-            out.append(_collective("all-reduce", pending[1], tp, system, pending[0]))
+            out.append(_collective("all-reduce", pending[1], tp, system, pending[0], custom_ar=engine))
             pending = None
         hq, hkv, d = heads.get(c.layer, (0, 0, 0))
         kvr = kv_heads_per_rank(hkv, tp) if hkv else 0
@@ -173,7 +178,7 @@ def shard_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int
             continue
         out.append(c)
     if pending is not None:
-        out.append(_collective("all-reduce", pending[1], tp, system, pending[0]))
+        out.append(_collective("all-reduce", pending[1], tp, system, pending[0], custom_ar=engine))
     return replace(plan, calls=tuple(out))
 
 
@@ -193,7 +198,8 @@ def sequence_parallel(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
     scattered = 0  # bytes of the full tensor while this rank holds tokens / tp of it, else 0
     for c in plan.calls:
         if c.kind is KernelKind.COLLECTIVE and c.p("op") == "all-reduce":
-            out.append(replace(_set(c, op="reduce-scatter"), name=c.name.replace("all-reduce", "reduce-scatter")))
+            params = tuple((k, v) for k, v in _set(c, op="reduce-scatter").params if k != "custom_ar")  # NCCL's
+            out.append(replace(c, params=params, name=c.name.replace("all-reduce", "reduce-scatter")))
             scattered = c.p("nbytes")
             continue
         if scattered and c.kind is KernelKind.GEMM:  # every token again before the next projection

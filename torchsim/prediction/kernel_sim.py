@@ -354,9 +354,10 @@ def _from_result(kg: Any, r: Any, events: int) -> KernelSim:
 
 def _collective(call: KernelCall, hw: Any) -> KernelSim:
     """A tensor-parallel collective, by the system's kind: on a GPU system NCCL's pick of algorithm and protocol
-    on its links, at the device time CUDA-graph replay sees (torchsim.sim.collectives; the channels' SMs are not
-    taken from other kernels, which do not run beside it on the one stream); on a Tenstorrent mesh tt-metal's CCL
-    op over its Ethernet links, traced (torchsim.sim.ccl)."""
+    on its links, or a serving engine's custom all-reduce where the call allows it and it is faster, at the device
+    time CUDA-graph replay sees (torchsim.sim.collectives; the channels' SMs are not taken from other kernels, which
+    do not run beside it on the one stream); on a Tenstorrent mesh tt-metal's CCL op over its Ethernet links,
+    traced (torchsim.sim.ccl)."""
     from torchsim.hwmodels.systems import SystemProfile, get_system
     from torchsim.sim.ccl import ccl_cost
     from torchsim.sim.collectives import collective_cost
@@ -364,7 +365,8 @@ def _collective(call: KernelCall, hw: Any) -> KernelSim:
     system = get_system(call.p("system"))
     op, ranks, nbytes = call.p("op"), call.p("ranks"), call.p("nbytes")
     if isinstance(system, SystemProfile):
-        cost, lib = collective_cost(op, system, ranks, nbytes), "nccl"
+        cost = collective_cost(op, system, ranks, nbytes, custom_ar=bool(call.p("custom_ar", False)))
+        lib = "custom-allreduce" if cost.protocol == "p2p" and cost.algorithm in ("oneshot", "twoshot") else "nccl"
     else:
         cost, lib = ccl_cost(op, system, ranks, nbytes), "ttnn"
     clock = float(getattr(hw, "clock_hz_value", 1e9))

@@ -226,8 +226,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
           if tp > 1 and not isinstance(prof, GpuProfile) else ()),
         *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
            "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
-           "system's links (device time, on the compute stream, not overlapped); serving engines' custom "
-           "one-/two-shot all-reduce kernels are not modelled; weights counted as 1/tp of the model per GPU",)
+           "system's links (device time, on the compute stream, not overlapped)"
+           + ("; under the serving preset an all-reduce takes a serving engine's custom one-/two-stage kernel "
+              "(vLLM's / TensorRT-LLM's, torchsim.sim.custom_allreduce) where that is faster on an NVLink system"
+              if preset == "serving" else "")
+           + "; weights counted as 1/tp of the model per GPU",)
           if tp > 1 and isinstance(prof, GpuProfile) else ()),
         *((f"pipeline parallel: {pp} stages of contiguous layers (embedding on the first, LM head on the last), "
            f"{mb} micro-batch(es) of {batch // mb} sequences per step, GPipe-style (first micro-batch through every "

@@ -46,6 +46,11 @@ from torchsim.sim.collective_types import (  # noqa: F401  (re-exported)
     bus_factor,
     canonical,
 )
+from torchsim.sim.custom_allreduce import CTAS as CUSTOM_CTAS
+from torchsim.sim.custom_allreduce import LATENCY_S as CUSTOM_LATENCY_S
+from torchsim.sim.custom_allreduce import STAGES as CUSTOM_STAGES
+from torchsim.sim.custom_allreduce import available as custom_available
+from torchsim.sim.custom_allreduce import custom_allreduce_time
 
 ALGORITHMS = ("ring", "tree", "nvls")
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -153,12 +158,15 @@ def _bus_and_latency(system: SystemProfile, collective: str, ranks: int, algorit
 
 def collective_cost(collective: str, system: AnySystem, ranks: int, nbytes: int, *,
                     algorithm: str | None = None, protocol: str | None = None,
-                    eager: bool = False) -> CollectiveCost:
+                    eager: bool = False, custom_ar: bool = False) -> CollectiveCost:
     """The time, algbw, busbw, algorithm, protocol and channels of one collective (see the module docstring).
 
     `algorithm` / `protocol` force a choice (like NCCL_ALGO / NCCL_PROTO); otherwise the fastest is taken.
-    `eager`: launched from the host one after another without CUDA graphs (time >= host_enqueue_s). A Tenstorrent
-    system (torchsim.hwmodels.tensix.mesh) is costed as tt-metal's CCL ops run (torchsim.sim.ccl).
+    `eager`: launched from the host one after another without CUDA graphs (time >= host_enqueue_s).
+    `custom_ar`: an all-reduce a serving engine runs, which also has its custom one-/two-stage kernels on an NVLink
+    system (torchsim.sim.custom_allreduce; algorithms "oneshot" / "twoshot", protocol "p2p"); the fastest is taken,
+    as the engines' size thresholds were chosen from such measurements. A Tenstorrent system
+    (torchsim.hwmodels.tensix.mesh) is costed as tt-metal's CCL ops run (torchsim.sim.ccl).
     """
     if not isinstance(system, SystemProfile):  # a Tenstorrent mesh: tt-metal's CCL ops (torchsim.sim.ccl)
         from torchsim.sim.ccl import ccl_cost
@@ -174,19 +182,28 @@ def collective_cost(collective: str, system: AnySystem, ranks: int, nbytes: int,
     if ranks == 1:  # nothing leaves the GPU: no time, no bandwidth reported (algbw 0 stands for "not applicable")
         return CollectiveCost(coll, system.name, 1, nbytes, "local", "-", 0.0, 0.0, 0.0, 0.0, 0, 0.0, eager)
     cands = _candidates(system, coll, ranks)
+    custom = custom_ar and coll == "all-reduce" and custom_available(system, ranks, nbytes)
+    if custom:
+        cands += [(stage, "p2p") for stage in CUSTOM_STAGES]
     if algorithm is not None:
         cands = [c for c in cands if c[0] == algorithm.lower()]
         if not cands:
+            known = {a for a, _ in _candidates(system, coll, ranks)} | (set(CUSTOM_STAGES) if custom else set())
             raise CollectiveError(f"algorithm {algorithm!r} is not available for {coll} on {system.name}; "
-                                  f"available: {', '.join(sorted({a for a, _ in _candidates(system, coll, ranks)}))}")
+                                  f"available: {', '.join(sorted(known))}")
     if protocol is not None:
-        want = {p.lower(): p for p in PROTOCOLS}.get(protocol.lower())
+        want = {p.lower(): p for p in (*PROTOCOLS, "p2p")}.get(protocol.lower())
         cands = [c for c in cands if c[1] == want]
         if not cands:
             raise CollectiveError(f"protocol {protocol!r} is not available for {coll}"
                                   f"{' with ' + algorithm if algorithm else ''} on {system.name}")
     scored = []
     for algo, proto in cands:
+        if algo in CUSTOM_STAGES:
+            t = custom_allreduce_time(algo, system, ranks, nbytes)
+            lat, ch = float(CUSTOM_LATENCY_S[algo].value), int(CUSTOM_CTAS.value)
+            scored.append((t, algo, proto, lat, nbytes / t * bus_factor(coll, ranks), ch))
+            continue
         traffic, bw, lat, ch = _bus_and_latency(system, coll, ranks, algo, proto)
         t = lat + nbytes * traffic / bw
         bus = bw / traffic * bus_factor(coll, ranks)
