@@ -212,3 +212,18 @@ def test_custom_allreduce_follows_vllms_measurements_and_stays_within_its_domain
     assert pcie.algorithm not in ("oneshot", "twoshot")
     times = [custom_allreduce_time("oneshot", h100, 4, b) for b in (1 << 16, 1 << 20, 1 << 22)]
     assert times == sorted(times) and custom_allreduce_time("oneshot", h100, 8, 1 << 20) > times[1]
+
+
+def test_cli_engine_serving_weighs_the_custom_allreduce(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--engine serving` adds the custom all-reduce to NCCL's candidates (a small message takes it); it is refused
+    on a Tenstorrent mesh, and a custom stage forced on another collective names what is available."""
+    assert main(["collective", "all-reduce", "--system", "dgx-h100", "--bytes", "64KiB", "--json"]) == 0
+    nccl = json.loads(capsys.readouterr().out)
+    assert main(["collective", "all-reduce", "--system", "dgx-h100", "--bytes", "64KiB", "--engine", "serving",
+                 "--json"]) == 0
+    serving = json.loads(capsys.readouterr().out)
+    assert serving["algorithm"] == "oneshot" and serving["time_s"] < nccl["time_s"]
+    assert main(["collective", "all-reduce", "--system", "t3000", "--engine", "serving"]) == 2
+    assert "drop --engine" in capsys.readouterr().err
+    assert main(["collective", "all-gather", "--system", "dgx-h100", "--engine", "serving", "--algo", "oneshot"]) == 2
+    assert "not available for all-gather" in capsys.readouterr().err

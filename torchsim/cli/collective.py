@@ -32,9 +32,15 @@ def register(sub: Any) -> None:
                    "or a sweep LOW..HIGH (default 1MiB)")
     p.add_argument("--factor", type=int_in(2, 1024, "size step of a sweep"), default=None,
                    help="multiplier between sizes of a sweep (default 2)")
-    p.add_argument("--algo", choices=[*ALGORITHMS, "p2p", "line"], help="force an algorithm (like NCCL_ALGO; on a "
-                   "Tenstorrent mesh ring or line)")
-    p.add_argument("--proto", choices=list(PROTOCOLS), help="force a protocol (like NCCL_PROTO)")
+    p.add_argument("--algo", choices=[*ALGORITHMS, "p2p", "line", "oneshot", "twoshot"],
+                   help="force an algorithm (like NCCL_ALGO; on a Tenstorrent mesh ring or line; with --engine "
+                   "serving the custom all-reduce's oneshot or twoshot)")
+    p.add_argument("--proto", choices=[*PROTOCOLS, "p2p"], help="force a protocol (like NCCL_PROTO; p2p: the "
+                   "custom all-reduce's peer reads)")
+    p.add_argument("--engine", choices=("nccl", "serving"), default="nccl",
+                   help="who runs the all-reduce: nccl (default), or a serving engine (vLLM, TensorRT-LLM), which "
+                   "also has its custom one-/two-stage all-reduce on NVLink up to 8 MiB and runs the faster "
+                   "(as predictions under the serving preset do)")
     p.add_argument("--eager", action="store_true", help="time back-to-back launches from the host without CUDA "
                    "graphs, as nccl-tests does by default (at least the system's host_enqueue_s); default: the "
                    "device time, as a CUDA graph replays it")
@@ -63,6 +69,9 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown system {args.system!r}; known: {', '.join(system_names())} (a single GPU "
                              "such as h100-sxm is not a system: a collective needs several)") from None
         ranks = args.ranks if args.ranks is not None else system.devices
+        if args.engine == "serving" and not isinstance(system, SystemProfile):
+            raise UsageError(f"--engine serving weighs a GPU serving engine's custom all-reduce; {system.name} runs "
+                             "tt-metal's CCL ops (drop --engine)")
         if args.eager and not isinstance(system, SystemProfile):
             raise UsageError(f"--eager times CUDA launches from the host; {system.name} runs tt-metal's CCL ops, "
                              f"timed as traced on the device (drop --eager)")
@@ -73,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
                              f"{ranks} ranks; give a multiple of {ranks} B")
         sizes = message_sizes(bounds[0], bounds[1], args.factor or 2) if len(bounds) == 2 else bounds
         costs = [collective_cost(coll, system, ranks, s, algorithm=args.algo, protocol=args.proto,
-                                 eager=args.eager) for s in sizes]
+                                 eager=args.eager, custom_ar=args.engine == "serving") for s in sizes]
     except CollectiveError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -83,8 +92,9 @@ def _run(args: argparse.Namespace) -> int:
     gpu = isinstance(system, SystemProfile)
     timing = ('eager launches (>= host enqueue time)' if args.eager else 'device time (CUDA graph)') if gpu else \
         "device time (tt-metal's CCL ops, traced)"
+    engine = "; a serving engine's (its custom all-reduce where faster)" if args.engine == "serving" else ""
     print(f"{coll} on {system.name}: {ranks} ranks of {system.device.name}, {system.link} ({system.fabric}"
-          f"{', NVLS' if system.in_network_reduction else ''}); {timing}")
+          f"{', NVLS' if system.in_network_reduction else ''}); {timing}{engine}")
     print(f"{'size (B)':>12} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}  {'algorithm':<9} "
           f"{'protocol':<8} {'SMs' if gpu else 'workers':>4}")
     for c in costs:
