@@ -361,12 +361,13 @@ def _collective(call: KernelCall, hw: Any) -> KernelSim:
     from torchsim.hwmodels.systems import SystemProfile, get_system
     from torchsim.sim.ccl import ccl_cost
     from torchsim.sim.collectives import collective_cost
+    from torchsim.sim.custom_allreduce import STAGES as CUSTOM_STAGES
 
     system = get_system(call.p("system"))
     op, ranks, nbytes = call.p("op"), call.p("ranks"), call.p("nbytes")
     if isinstance(system, SystemProfile):
         cost = collective_cost(op, system, ranks, nbytes, custom_ar=bool(call.p("custom_ar", False)))
-        lib = "custom-allreduce" if cost.protocol == "p2p" and cost.algorithm in ("oneshot", "twoshot") else "nccl"
+        lib = "custom-allreduce" if cost.algorithm in CUSTOM_STAGES else "nccl"
     else:
         cost, lib = ccl_cost(op, system, ranks, nbytes), "ttnn"
     clock = float(getattr(hw, "clock_hz_value", 1e9))

@@ -40,6 +40,7 @@ from torchsim.lowering.parallel import (
     kv_heads_per_rank,
 )
 from torchsim.lowering.plan import KernelPlan
+from torchsim.lowering.templates.tensix.tt_ops import derive
 
 TILE = 32
 ACT_BYTES = 2  # activations and CCL buffers in bf16 (tt_transformers' ccl_dtype is bfloat8_b on Galaxy only)
@@ -220,8 +221,7 @@ def tt_expert_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
             grouped_seen[c.layer] += 1
             if first:  # W1 and W3 (the gate-up projection of the chip's expert)
                 half = _split(int(c.p("n")), 2, "n (gate and up)", c)
-                out += [_expert_gemm(c, "gate_proj", m, half, int(c.p("k"))),
-                        _expert_gemm(c, "up_proj", m, half, int(c.p("k")))]
+                out += [_expert_gemm(c, proj, m, half, int(c.p("k"))) for proj in ("gate_proj", "up_proj")]
             else:  # W2
                 out.append(_expert_gemm(c, "down_proj", m, int(c.p("n")), int(c.p("k"))))
             continue
@@ -230,9 +230,8 @@ def tt_expert_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
             continue
         if k is KernelKind.REDUCE and c.layer in tokens and grouped_seen.get(c.layer):  # the experts' combine
             m, hidden = tokens[c.layer], int(c.p("numel_out")) // tokens[c.layer]
-            scale = replace(c, kind=KernelKind.ELEMENTWISE, name=f"{c.name}.routing_weight_mul",
-                            params=tuple(sorted({"numel": m * hidden, "inputs": 2, "outputs": 1,
-                                                 "op": "mul"}.items())))
+            scale = derive(c, "routing_weight_mul", KernelKind.ELEMENTWISE, numel=m * hidden, inputs=2, outputs=1,
+                           op="mul")
             out += [scale, *_gather_sum(scale, c.module_path or c.name, _pad(m), hidden, tp, system, plan.phase)]
             continue
         if k is KernelKind.ARGMAX and c.p("vocab", 0):
@@ -285,9 +284,7 @@ def _demo_config(c: KernelCall, phase: str) -> KernelCall:
 def _expert_gemm(c: KernelCall, proj: str, m: int, n: int, k: int) -> KernelCall:
     """One dense GEMM of the chip's expert over every token, named by its projection (its tt_transformers
     weight role: gate/up as FF1/FF3, down as FF2)."""
-    return KernelCall.make(KernelKind.GEMM, c.dtype, name=f"{c.name}.{proj}", phase=c.phase, layer=c.layer,
-                           stream=c.stream, module_path=c.module_path, source=c.source, m=m, n=n, k=k,
-                           epilogue="none")
+    return derive(c, proj, KernelKind.GEMM, m=m, n=n, k=k, epilogue="none")
 
 
 def _gather_sum(after: KernelCall, where: str, rows: int, hidden: int, tp: int, system: str,
@@ -295,15 +292,12 @@ def _gather_sum(after: KernelCall, where: str, rows: int, hidden: int, tp: int, 
     """The chips' partial outputs ([rows, hidden] each) all-gathered and summed on every chip: in decode a matmul
     of the 32 x (32 x chips) reduce mask with the gathered rows, in prefill fast_reduce_nc over the copies."""
     gathered = _collective("all-gather", tp * rows * hidden * ACT_BYTES, tp, system, after)
+    at = replace(after, name=where)  # named after the module, not its projection (whose role would be its weights')
     if phase == "decode" and rows <= TILE:
-        total = KernelCall.make(KernelKind.GEMM, after.dtype, name=f"{where}.reduce_mask_matmul", phase=after.phase,
-                                layer=after.layer, stream=after.stream, module_path=after.module_path,
-                                source=after.source, m=TILE, n=hidden, k=TILE * tp, epilogue="none")
+        total = derive(at, "reduce_mask_matmul", KernelKind.GEMM, m=TILE, n=hidden, k=TILE * tp, epilogue="none")
     else:
-        total = KernelCall.make(KernelKind.ELEMENTWISE, after.dtype, name=f"{where}.fast_reduce_nc",
-                                phase=after.phase, layer=after.layer, stream=after.stream,
-                                module_path=after.module_path, source=after.source, numel=rows * hidden, inputs=tp,
-                                outputs=1, op="add")
+        total = derive(at, "fast_reduce_nc", KernelKind.ELEMENTWISE, numel=rows * hidden, inputs=tp, outputs=1,
+                       op="add")
     return [gathered, total]
 
 

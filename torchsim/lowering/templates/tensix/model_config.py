@@ -184,7 +184,7 @@ def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None) -> KernelP
         return plan
     mode = WeightMode.parse(weights)
     calls = tuple(configure(c, mode, plan.phase) for op in plan.calls
-                  for c in tt_ops(op, plan.phase, lm_head_split_cols(hw, -(-int(dict(op.params).get("k", 32)) // 32))))
+                  for c in tt_ops(op, plan.phase, lambda kt: lm_head_split_cols(hw, kt)))
     return replace(plan, calls=calls)
 
 

@@ -10,18 +10,20 @@ launch.py); on a single device the CCL calls (all-reduce/all-gather) are no-ops 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 
 
-def _as(call: KernelCall, suffix: str, kind: KernelKind, **params: object) -> KernelCall:
+def derive(call: KernelCall, suffix: str, kind: KernelKind, **params: object) -> KernelCall:
+    """A kernel tt-metal launches for `call` (same layer, phase and source), named `call.name` + `.suffix`."""
     return replace(call, kind=kind, name=f"{call.name}.{suffix}", params=tuple(sorted(params.items())))
 
 
 def _copy(call: KernelCall, op: str, numel: int) -> KernelCall:
     """A data-movement op (no math): modelled as a streaming copy of `numel` elements."""
-    return _as(call, op, KernelKind.ELEMENTWISE, numel=max(1, int(numel)), inputs=1, outputs=1, op="copy")
+    return derive(call, op, KernelKind.ELEMENTWISE, numel=max(1, int(numel)), inputs=1, outputs=1, op="copy")
 
 
 def _qkv(call: KernelCall, phase: str) -> list[KernelCall]:
@@ -43,8 +45,8 @@ def _split_gate_up(call: KernelCall) -> list[KernelCall]:
 def _rope(call: KernelCall) -> list[KernelCall]:
     """rotary_embedding_llama once for Q and once for K."""
     base = {k: v for k, v in call.params}
-    return [_as(call, "rotary_q", KernelKind.ROPE, **{**base, "heads_kv": 0}),
-            _as(call, "rotary_k", KernelKind.ROPE, **{**base, "heads_q": 0})]
+    return [derive(call, "rotary_q", KernelKind.ROPE, **{**base, "heads_kv": 0}),
+            derive(call, "rotary_k", KernelKind.ROPE, **{**base, "heads_q": 0})]
 
 
 def _kv_write(call: KernelCall, phase: str) -> list[KernelCall]:
@@ -83,13 +85,17 @@ def _lm_head(call: KernelCall, split_cols: int) -> list[KernelCall]:
 
 def _add_norm(call: KernelCall) -> list[KernelCall]:
     rows, hidden = int(call.p("rows")), int(call.p("hidden"))
-    add = _as(call, "residual_add", KernelKind.ELEMENTWISE, numel=rows * hidden, inputs=2, outputs=1, op="add")
-    return [add, _as(call, "rms_norm", KernelKind.RMSNORM, rows=rows, hidden=hidden)]
+    add = derive(call, "residual_add", KernelKind.ELEMENTWISE, numel=rows * hidden, inputs=2, outputs=1, op="add")
+    return [add, derive(call, "rms_norm", KernelKind.RMSNORM, rows=rows, hidden=hidden)]
 
 
-def tt_ops(call: KernelCall, phase: str, lm_head_cols: int = 1 << 30) -> list[KernelCall]:
+def _unsplit(kt: int) -> int:
+    return 1 << 30
+
+
+def tt_ops(call: KernelCall, phase: str, lm_head_cols: Callable[[int], int] = _unsplit) -> list[KernelCall]:
     """The tt-metal ops for `call` in `phase` ("prefill" | "decode"), in launch order; the LM head is split in
-    chunks of `lm_head_cols` vocabulary columns.
+    chunks of `lm_head_cols(hidden size in tiles)` vocabulary columns.
 
     >>> c = KernelCall.make(KernelKind.ADD_RMSNORM, name="layers.1.input_layernorm", rows=1, hidden=4096)
     >>> [o.name for o in tt_ops(c, "decode")]
@@ -101,7 +107,7 @@ def tt_ops(call: KernelCall, phase: str, lm_head_cols: int = 1 << 30) -> list[Ke
     if call.kind is KernelKind.GEMM and "gate_proj" in name and "up_proj" in name:
         return _split_gate_up(call)
     if call.kind is KernelKind.GEMM and name.split(".")[-1] == "lm_head":
-        return _lm_head(call, lm_head_cols)
+        return _lm_head(call, lm_head_cols(-(-int(call.p("k")) // 32)))
     if call.kind is KernelKind.ROPE:
         return _rope(call)
     if call.kind is KernelKind.ELEMENTWISE and call.p("op", "") == "kv_cache_write":
