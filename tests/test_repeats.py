@@ -211,3 +211,71 @@ def test_a_batch_of_short_causal_prompts_extrapolates_along_the_batch() -> None:
     assert ext.attrs["method"] == "extrapolated-batch", ext.attrs["extrapolation"]
     assert ext.cycles == pytest.approx(full.cycles, rel=0.01)
     assert ext.attrs["sim_events"] < repeats.graph_events(fam.build({}))
+
+
+def test_samples_run_on_several_processes_give_the_same_result() -> None:
+    """parallel_samples runs each phase's samples on forked processes: the same simulations, read in the same
+    order, so every number (and the description of what ran) is the one a single process gives; at the second
+    clock of a power-limited kernel too."""
+    hw = get_profile("h100-sxm")
+    call = KernelCall.make(KernelKind.GEMM, DType.BF16, m=8192, n=8192, k=8192)
+    fam = repeats.gemm_call_family(call, hw)
+    assert fam is not None and [d.name for d in fam.dims] == ["waves", "k"]
+    one = repeats.simulate_kernel(fam, hw, exact_events=1_000)
+    with repeats.parallel_samples(2):
+        two = repeats.simulate_kernel(repeats.gemm_call_family(call, hw), hw, exact_events=1_000)
+    assert one.clock_reason.startswith("power-limited") and "re-extrapolated" in one.attrs["extrapolation"]
+    assert (two.cycles, two.clock_hz, two.dram_bytes, two.unit_busy, two.stalls, two.node_events) == \
+        (one.cycles, one.clock_hz, one.dram_bytes, one.unit_busy, one.stalls, one.node_events)
+    assert two.attrs["extrapolation"] == one.attrs["extrapolation"]
+
+
+def test_a_sample_that_fails_in_a_forked_process_is_run_again_here() -> None:
+    import os
+
+    hw = get_profile("h100-sxm")
+    kg = gemm(2048, 4096, 16384, DType.BF16, hw)
+    parent = os.getpid()
+
+    def flaky(g, h):  # noqa: ANN001, ANN202 - fails in any forked child
+        if os.getpid() != parent:
+            raise RuntimeError("child")
+        return simulate(g, h)
+
+    ref = repeats.simulate_kernel(kg, hw, exact_events=1_000, run=_boost, sustained=_plain)
+    with repeats.parallel_samples(3):
+        got = repeats.simulate_kernel(kg, hw, exact_events=1_000, run=flaky, sustained=_plain)
+    assert got.cycles == ref.cycles and got.attrs["extrapolation"] == ref.attrs["extrapolation"]
+
+    def broken(g, h):  # noqa: ANN001, ANN202
+        raise ValueError("bad sample")
+
+    with repeats.parallel_samples(2), pytest.raises(ValueError, match="bad sample"):
+        repeats.simulate_kernel(kg, hw, exact_events=1_000, run=broken, sustained=_plain)
+
+
+def test_a_grid_with_a_tail_class_is_extrapolated_in_waves() -> None:
+    """RoPE over 131072 tokens: 21845 CTAs of 6 tokens and one of the 2 left, two CTA classes; the grid is
+    truncated in waves with the tail kept whole, within the bound of the full simulation."""
+    from torchsim.lowering.templates import build_kernels
+
+    hw = get_profile("h100-sxm")
+    call = KernelCall.make(KernelKind.ROPE, tokens=131072, heads_q=32, heads_kv=8, head_dim=128)
+    kg = build_kernels(call, hw)[0]
+    assert len(kg.classes) == 2 and kg.classes[1].count == 1
+    ex = repeats.simulate_kernel(kg, hw, exact_events=1_000, run=_boost, sustained=_plain)
+    assert ex.attrs["method"] == "extrapolated-waves" and ex.ctas == sum(c.count for c in kg.classes)
+    assert ex.cycles == pytest.approx(simulate(kg, hw).cycles, rel=BOUND)
+
+
+def test_a_grid_whose_first_waves_fill_the_dram_queue_slides_its_window() -> None:
+    """add_rmsnorm over 131072 rows (16 waves): waves 2, 3, 4 disagree while the DRAM queue fills, 3, 4, 5 agree;
+    sliding before doubling the spacing keeps its samples under the full kernel."""
+    from torchsim.lowering.templates import build_kernels
+
+    hw = get_profile("h100-sxm")
+    kg = build_kernels(KernelCall.make(KernelKind.ADD_RMSNORM, rows=131072, hidden=4096), hw)[0]
+    ex = repeats.simulate_kernel(kg, hw, exact_events=1_000, run=_boost, sustained=_plain)
+    assert ex.attrs["method"] == "extrapolated-waves" and "from 3,4,5" in ex.attrs["extrapolation"]
+    assert ex.attrs["sim_events"] < repeats.graph_events(kg)
+    assert ex.cycles == pytest.approx(simulate(kg, hw).cycles, rel=BOUND)

@@ -70,11 +70,13 @@ def simulate_for(kernel: Any, args: argparse.Namespace, family: Any = None) -> K
         return replace(res, clock_reason=f"profile clock_hz ({hw.clock_hz.kind}), --clock profile")
     if clock == "sustained":
         if not getattr(args, "exact", True) and not kw["record"] and args.sms is None:
-            from torchsim.prediction.repeats import simulate_kernel
+            from torchsim.prediction.repeats import parallel_samples, simulate_kernel
+            from torchsim.prediction.workers import cpus
 
             def run(g: Any, h: Any) -> KernelResult:
                 return simulate(g, h, policy=args.policy or "gto")
-            return simulate_kernel(family or kernel, hw, run=run)  # extrapolated when large (method in attrs)
+            with parallel_samples(cpus()):  # one kernel on an idle machine: its samples on every CPU
+                return simulate_kernel(family or kernel, hw, run=run)  # extrapolated when large (method in attrs)
         return simulate_sustained(kernel, hw, **kw)
     try:
         ghz = float(clock)

@@ -312,8 +312,8 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
 
     try:
         fam = repeats.unbuilt_family(call, hw) if max_events < EXACT else None
-        if fam is not None and fam.events > max_events and fam.dims:  # a large GEMM or causal attention, never
-            # built in full (unless its samples disagree)
+        if fam is not None and fam.events + repeats.CTA_EVENTS * fam.ctas > max_events and fam.dims:  # a large
+            # GEMM or causal attention, never built in full (unless its samples disagree)
             res = repeats.simulate_kernel(fam, hw, exact_events=max_events)
             return (_from_result(fam, res, fam.events),)
         kgs = build_kernels(call, hw)
@@ -326,7 +326,7 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
     out = []
     for i, kg in enumerate(kgs):
         events = graph_events(kg)
-        fam = repeats.call_family(call, hw, i, kg) if events > max_events else None
+        fam = repeats.call_family(call, hw, i, kg) if repeats.sim_cost(kg) > max_events else None
         res = repeats.simulate_kernel(fam if fam is not None and fam.dims else kg, hw, exact_events=max_events)
         out.append(_from_result(kg, res, events))
     return tuple(out)

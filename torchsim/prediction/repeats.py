@@ -23,8 +23,9 @@ large to simulate cheaply is simulated at truncated sizes of each repeating dime
 
 The stated error bound: an extrapolated kernel's time is within 2% of the full simulation of the same code,
 0.5% on average (benchmarks/bench_extrapolation.py measures it over its corpus; tests/test_repeats.py checks
-kernels against full simulation). Kernels up to `EXACT_EVENTS` node executions are simulated in full, and
-`exact=True` (`--exact`) simulates every kernel in full.
+kernels against full simulation). Kernels up to `EXACT_EVENTS` node executions (a CTA counted as `CTA_EVENTS`
+of them: `sim_cost`) are simulated in full, and `exact=True` (`--exact`) simulates every kernel in full.
+`parallel_samples(n)` runs the samples of each phase on n forked processes, with results identical to one.
 
 The power model composes with this (torchsim.sim.sustained.sustain): a kernel's power at boost comes from its
 extrapolated work counts, and its run at the sustained clock is again of the truncated instances only.
@@ -32,7 +33,8 @@ extrapolated work counts, and its run at the sustained clock is again of the tru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,7 +42,7 @@ from torchsim.graph import CtaClass, DType, KernelGraph
 
 TOLERANCE = 0.005  # successive extrapolations to the full size must agree within this fraction
 MAX_SLIDES = 3  # times the sample window slides one step later before a dimension is simulated at its full size
-EXACT_EVENTS = 60_000  # kernels of at most this many node executions are simulated in full
+EXACT_EVENTS = 60_000  # kernels costing at most this many node executions (`sim_cost`) are simulated in full
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,12 @@ class Dim:
     # over five samples (Extrapolator._extrapolate_quadratic)
     order: int = 1
     target: float = 0.0  # the full size in the fit's units when it is not a whole number of repeats (0: full)
+    # a window that disagrees slides later before its spacing doubles: a fill that lasts past the first sample,
+    # not a cost alternating between repeats, is what a grid of identical CTAs streaming DRAM shows (its queue
+    # fills over the first waves: on H100, add_rmsnorm 131072 x 4096's increments of waves 1-2 .. 4-5 are 0.958,
+    # 0.988, 0.996, 0.999 of the steady one, so waves 2, 3, 4 of its 16 disagree by 0.66%, waves 3, 4, 5 agree;
+    # with the doubled spacing tried first, its samples used up the budget and it ran 31 waves instead of 14)
+    slide_first: bool = False
 
     def __post_init__(self) -> None:
         if not self.step:
@@ -149,9 +157,9 @@ def _windows(d: Dim) -> list[tuple[int, int]]:
     raster groups of tiles straddle waves, measured as +-1.5% per wave on a 4096x28672x4096 FP8 GEMM on H100, and
     68.4k / 70.1k cycles per wave on an 8192^3 FP8 one on H200); the window slid one step later at a time
     (`MAX_SLIDES`: a fill not yet over, e.g. the first 12 K steps of a 4096x14336x4096 A100 GEMM, whose L2 has not
-    yet settled); then from the start at four, eight, ... times the spacing (a longer period). Every sample of a
-    window is shorter than the full dimension; what they may cost together is `Extrapolator._extrapolate`'s
-    budget."""
+    yet settled), before the doubled spacing where the dimension says so (`Dim.slide_first`); then from the start
+    at four, eight, ... times the spacing (a longer period). Every sample of a window is shorter than the full
+    dimension; what they may cost together is `Extrapolator._extrapolate`'s budget."""
     a, st = d.start, d.step
     if d.order == 2:  # five samples a, 2a, .. 5a, the spacing doubling while they cost under QUAD_WORTH of the
         out = []  # full size (a causal kernel whose samples disagree then costs at most ~1.5x its full simulation)
@@ -159,7 +167,8 @@ def _windows(d: Dim) -> list[tuple[int, int]]:
             out.append((a, a))
             a *= 2
         return out
-    tries = [(a, st), (a, 2 * st), *((a + i * st, st) for i in range(1, MAX_SLIDES + 1))]
+    slides = [(a + i * st, st) for i in range(1, MAX_SLIDES + 1)]
+    tries = [(a, st), *slides, (a, 2 * st)] if d.slide_first else [(a, st), (a, 2 * st), *slides]
     wide = 4 * st
     while a + 2 * wide < d.full:
         tries.append((a, wide))
@@ -168,6 +177,88 @@ def _windows(d: Dim) -> list[tuple[int, int]]:
 
 
 SAMPLE_BUDGET = 1.0  # the samples of one dimension sum to at most this share of its full size
+
+_PROCESSES = [1]  # processes the samples of one phase of an extrapolation run on (`parallel_samples`)
+
+
+@contextmanager
+def parallel_samples(processes: int) -> Iterator[None]:
+    """Inside the block, the truncated instances an extrapolation is certain to run next (the first window of
+    every dimension, nested; at a later clock, the samples of the windows the first clock accepted) run on up
+    to `processes` forked processes at once, this one included. Each sample is the same simulation either way and
+    the extrapolation reads them in the same order, so results are identical to a run on one process. Meant for
+    a command simulating one large kernel on an otherwise idle machine (`torchsim kernel`); a process that is
+    itself one of several workers keeps 1."""
+    before = _PROCESSES[0]
+    _PROCESSES[0] = max(1, int(processes))
+    try:
+        yield
+    finally:
+        _PROCESSES[0] = before
+
+
+def _balanced(jobs: list[tuple[float, Any]], n: int) -> list[list[Any]]:
+    """`jobs` (cost, item) split into `n` groups of about equal cost, largest first onto the lightest group."""
+    groups: list[list[Any]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for cost, item in sorted(jobs, key=lambda j: -j[0]):
+        i = load.index(min(load))
+        groups[i].append(item)
+        load[i] += cost
+    return groups
+
+
+def _fork_join(work: Callable[[Any], Any], groups: list[list[Any]]) -> list[list[Any] | None]:
+    """`[work(x) for x in group]` for each group, the first in this process and the others each in a forked
+    child, whose results come back pickled through a pipe. A child that fails or dies gives None (its items are
+    then simulated again here, where an error surfaces as it would have); any exception here (Ctrl-C) kills the
+    children first."""
+    import os
+    import pickle
+    import signal
+
+    from torchsim.prediction.workers import _die_with_parent
+
+    parent = os.getpid()
+    children: list[tuple[int, int]] = []
+    try:
+        for group in groups[1:]:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: compute, write, and leave without running the parent's exit handlers
+                os.close(r)
+                code = 0
+                try:
+                    _die_with_parent(parent)
+                    data = pickle.dumps([work(x) for x in group], protocol=pickle.HIGHEST_PROTOCOL)
+                    with os.fdopen(w, "wb") as f:
+                        f.write(data)
+                except BaseException:  # noqa: BLE001 - the parent runs these samples itself and sees the error
+                    code = 1
+                os._exit(code)
+            os.close(w)
+            children.append((pid, r))
+        out: list[list[Any] | None] = [[work(x) for x in groups[0]]]
+        for pid, r in children:
+            with os.fdopen(r, "rb") as f:
+                data = f.read()
+            _, status = os.waitpid(pid, 0)
+            ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and data
+            out.append(pickle.loads(data) if ok else None)
+        children.clear()
+        return out
+    finally:
+        for pid, r in children:  # left by an exception: stop the children still running
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            try:
+                os.close(r)
+            except OSError:
+                pass
+
 
 
 class Extrapolator:
@@ -186,6 +277,7 @@ class Extrapolator:
         self.clocks: list[tuple[float, dict[tuple[tuple[str, int], ...], tuple[dict[str, float], Any]]]] = []
         self._clock: float | None = None
         self._ran: dict[tuple[tuple[str, int], ...], tuple[dict[str, float], Any]] = {}
+        self._stash: dict[tuple[tuple[str, int], ...], Any] = {}  # samples run ahead (`_prefetch`), by sizes
 
     def __call__(self, run: Callable[[KernelGraph, float], Any], clock_hz: float | None = None) -> Any:
         """The full kernel extrapolated from truncated instances run by `run` (simulating at `clock_hz`, when
@@ -198,6 +290,7 @@ class Extrapolator:
         each sample in 1/f between those runs instead of running it again. The truncated main
         loops see the same L2 hits per iteration (Family.l2_share)."""
         if self.first is None:
+            self._prefetch(run, self._first_leaves(self.family.dims, {}))
             vec, largest = self._measure(run, self.family.dims, {})
             self.first = self._result(vec, largest)
             self.clocks.append((float(largest.clock_hz), {k[1]: v for k, v in self.memo.items() if k[0] == 0}))
@@ -206,6 +299,8 @@ class Extrapolator:
         before = self.outcome.sims
         memo: dict[tuple[Any, ...], tuple[dict[str, float], Any]] = {}
         self._clock, self._ran = clock_hz, {}
+        self._prefetch(run, [x for x in self._rule_leaves(self.family.dims, {})
+                             if self._sample_at(tuple(sorted(x.items()))) is None])
         vec, r = self._remeasure(run, self.family.dims, {}, memo)
         if self._ran:
             self.clocks.append((float(r.clock_hz), self._ran))
@@ -269,11 +364,63 @@ class Extrapolator:
         return out
 
     def _run(self, run: Callable[[KernelGraph, float], Any], sizes: dict[str, int]) -> tuple[dict[str, float], Any]:
-        """One truncated instance at `sizes`, simulated by `run` and counted: (its vector, its result)."""
-        r = run(self.family.build(sizes), self.family.l2_share(sizes))
+        """One truncated instance at `sizes`, simulated by `run` (or run ahead by `_prefetch`) and counted: (its
+        vector, its result)."""
+        r = self._stash.pop(tuple(sorted(sizes.items())), None)
+        if r is None:
+            r = run(self.family.build(sizes), self.family.l2_share(sizes))
         self.outcome.events += int(r.node_events)
         self.outcome.sims += 1
         return _vector(r), r
+
+    def _first_leaves(self, dims: tuple[Dim, ...], sizes: dict[str, int]) -> list[dict[str, int]]:
+        """The truncated instances the first clock's extrapolation runs whatever their results: every dimension's
+        first window (the first one worth making, as `_extrapolate` picks it), nested; a dimension with none at
+        its full size."""
+        if not dims:
+            return [sizes]
+        d, rest = dims[0], dims[1:]
+        xs: tuple[int, ...] = (d.full,)
+        for a, st in _windows(d):
+            if d.order == 2:
+                xs = tuple(a * j for j in range(1, QUAD_SAMPLES + 1))
+                break
+            if a + (a + st) + (a + 2 * st) <= WORTH * d.full:
+                xs = (a, a + st, a + 2 * st)
+                break
+        return [leaf for x in xs for leaf in self._first_leaves(rest, {**sizes, d.name: x})]
+
+    def _rule_leaves(self, dims: tuple[Dim, ...], sizes: dict[str, int]) -> list[dict[str, int]]:
+        """The truncated instances a later clock's extrapolation (`_remeasure`) runs or interpolates."""
+        if not dims:
+            return [sizes]
+        d, rest = dims[0], dims[1:]
+        rule = self.rules.get((d.name, tuple(sorted(sizes.items()))))
+        xs = (d.full,) if rule is None else rule[1][1:] if rule[0] == "line" and not sizes else (rule[1][-1],)
+        return [leaf for x in xs for leaf in self._rule_leaves(rest, {**sizes, d.name: x})]
+
+    def _prefetch(self, run: Callable[[KernelGraph, float], Any], leaves: list[dict[str, int]]) -> None:
+        """Run `leaves` ahead on `parallel_samples` processes (nothing when that is 1); `_run` takes them from the
+        stash in its own order."""
+        n = min(_PROCESSES[0], len(leaves))
+        if n <= 1:
+            return
+        dims = {d.name: d for d in self.family.dims}
+
+        def cost(leaf: dict[str, int]) -> float:
+            c = 1.0
+            for name, x in leaf.items():
+                c *= float(x) ** dims[name].order if name in dims else 1.0
+            return c
+
+        def work(leaf: dict[str, int]) -> Any:
+            return run(self.family.build(leaf), self.family.l2_share(leaf))
+
+        groups = _balanced([(cost(leaf), leaf) for leaf in leaves], n)
+        for group, results in zip(groups, _fork_join(work, groups)):
+            if results is not None:
+                for leaf, r in zip(group, results):
+                    self._stash[tuple(sorted(leaf.items()))] = r
 
     def _measure(self, run: Callable[[KernelGraph, float], Any], dims: tuple[Dim, ...], sizes: dict[str, int]
                  ) -> tuple[dict[str, float], Any]:
@@ -375,9 +522,9 @@ def keep_whole_waves(total: int, slots: int, waves: int) -> int:
 
 
 def _prefix(kg: KernelGraph, ctas: int) -> KernelGraph:
-    """The first `ctas` CTAs of a single-class kernel, in launch order."""
+    """The first `ctas` CTAs of a kernel's first class, in launch order; any later (tail) classes kept whole."""
     c = kg.classes[0]
-    return replace(kg, classes=(replace(c, params=c.params[:ctas]),))
+    return replace(kg, classes=(replace(c, params=c.params[:ctas]), *kg.classes[1:]))
 
 
 WORTH = 0.7  # a dimension is truncated only where its samples (a + 2a + 3a repeats) cost under this share of it
@@ -392,20 +539,25 @@ def _waves_dim(total: int, slots: int) -> Dim:
     return Dim("waves", -(-total // slots), 2, 1)
 
 
+GRID_TAIL = 0.05  # later CTA classes of a grid kept whole in every sample: at most this share of its CTAs
+
+
 def grid_family(kg: KernelGraph, hw: Any, kind: str) -> Family | None:
-    """Identical CTAs in waves (one CTA class): the grid truncated to whole waves."""
-    if len(kg.classes) != 1:
-        return None
+    """Identical CTAs in waves: the grid (its first CTA class) truncated to whole waves, any later classes (a tail
+    launched after it, e.g. RoPE's last partial block of tokens; at most GRID_TAIL of the CTAs) kept whole."""
     c = kg.classes[0]
+    tail = sum(t.count for t in kg.classes[1:])
+    if tail > GRID_TAIL * c.count:
+        return None
     slots = cta_slots(c, hw)
-    dim = _waves_dim(c.count, slots)
+    dim = replace(_waves_dim(c.count, slots), slide_first=True)
     if not _worth(dim):
         return None
 
     def build(sizes: dict[str, int]) -> KernelGraph:
         return _prefix(kg, keep_whole_waves(c.count, slots, sizes.get("waves", dim.full)))
 
-    return Family(kind, (dim,), build, c.count * c.graph.num_nodes, float(kg.flops), kg.name, c.count,
+    return Family(kind, (dim,), build, graph_events(kg), float(kg.flops), kg.name, c.count + tail,
                   c.graph.dtype, dict(kg.attrs))
 
 
@@ -705,8 +857,11 @@ def _causal_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph
                   l2_share)
 
 
-BATCH_WAVES = 8  # the smallest batch sample of a causal prefill holds this many waves of CTAs (at 2, single
-# sequences' increments alternate by ~1% on H100: 113.1k, 114.2k, 112.6k cycles each; the windows never agreed)
+BATCH_WAVES = (16, 8)  # the smallest batch sample of a causal prefill holds the first of these many waves of CTAs
+# whose samples are worth taking (at 2, single sequences' increments alternate by ~1% on H100: 113.1k, 114.2k,
+# 112.6k cycles each; the windows never agreed. Batch 64 x 2048 tokens FA3 on H100, 3.9 waves a sequence, drifts
+# from 114k to 112k cycles a sequence over the first ten: sequences 3, 6, 9 disagree by 1.1%, 5, 10, 15 agree
+# within 0.35% and land 0.15% from the full simulation, where 3, 9, 15 then 6, 9, 12 cost 66 sequences of samples)
 
 
 def _batch_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph] | None, slots: int
@@ -714,17 +869,19 @@ def _batch_family(shape: Any, cfg: Any, hw: Any, full: Callable[[], KernelGraph]
     """A causal prefill too short to sample along its query blocks (a 2048-token prompt: 16 blocks of 128) but
     of many sequences: the batch repeats, every sequence the same mix of CTAs (batch x heads x query blocks), so
     the kernel's counters are affine in the sequences past a few waves, sampled at a, 2a, 3a sequences (a: enough
-    for BATCH_WAVES waves of CTAs) and checked for a steady state like any linear dimension."""
+    for BATCH_WAVES waves of CTAs, the most that is worth sampling) and checked for a steady state like any linear
+    dimension."""
     from dataclasses import replace as dc_replace
 
     from torchsim.lowering.templates.attention import attention, attention_header
 
     blocks = -(-shape.seq_q // cfg.bm)
     per_seq = shape.heads_q * blocks
-    start = max(1, -(-BATCH_WAVES * slots // per_seq))
-    dim = Dim("batch", shape.batch, start)
-    if not _windows(dim) or not _worth(dim):
+    dims = [Dim("batch", shape.batch, max(1, -(-w * slots // per_seq))) for w in BATCH_WAVES]
+    dim = next((d for d in dims if _windows(d) and _worth(d)), None)
+    if dim is None:
         return None
+    start = dim.start
     memo: dict[int, KernelGraph] = {}
 
     def build(sizes: dict[str, int]) -> KernelGraph:
@@ -757,6 +914,17 @@ def graph_events(kg: KernelGraph) -> int:
     return int(sum(c.count * c.graph.num_nodes for c in kg.classes))
 
 
+CTA_EVENTS = 8  # what launching and retiring a CTA costs the engine, in node executions (its state, its memory
+# keys: an embedding of 16384 CTAs x 3 nodes takes ~0.6 s on this 2-core machine, a GEMM's 150k node executions
+# ~0.5 s)
+
+
+def sim_cost(kg: KernelGraph) -> int:
+    """What simulating the kernel in full costs, in node executions: its nodes plus CTA_EVENTS per CTA (what
+    `EXACT_EVENTS` and `max_events` bound)."""
+    return graph_events(kg) + CTA_EVENTS * sum(c.count for c in kg.classes)
+
+
 def simulate_kernel(kernel: KernelGraph | Family, hw: Any, *, exact: bool = False, exact_events: int = EXACT_EVENTS,
                     run: Callable[[KernelGraph, Any], Any] | None = None,
                     sustained: Callable[[Callable[[Any], Any], Any, DType], Any] | None = None) -> Any:
@@ -779,9 +947,9 @@ def simulate_kernel(kernel: KernelGraph | Family, hw: Any, *, exact: bool = Fals
     sim = run or (lambda g, h: simulate(g, h))
     sus = sustained or (lambda run_at, h, dt: sustain(run_at, h, dt))
     fam = kernel if isinstance(kernel, Family) else None
-    if fam is None and not exact and graph_events(kernel) > exact_events:  # type: ignore[arg-type]
+    if fam is None and not exact and sim_cost(kernel) > exact_events:  # type: ignore[arg-type]
         fam = family_of(kernel, hw)  # type: ignore[arg-type]
-    if fam is not None and (exact or fam.events <= exact_events or not fam.dims):
+    if fam is not None and (exact or fam.events + CTA_EVENTS * fam.ctas <= exact_events or not fam.dims):
         fam_kg = kernel if isinstance(kernel, KernelGraph) else fam.build({})
         fam, kernel = None, fam_kg
     if fam is None:

@@ -17,6 +17,16 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
 _PR_SET_PDEATHSIG = 1
+MAX_PROCESSES = 4  # simulation processes one command starts at most
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS says), at most MAX_PROCESSES."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(MAX_PROCESSES, n))
 
 
 def _die_with_parent(parent: int) -> None:
