@@ -6,7 +6,7 @@
     python benchmarks/bench_extrapolation.py              all three
 
 The corpus (>= 40 kernels: GEMM, grouped GEMM, FA2/FA3/FA4 prefill (causal: long prompts and batches of short
-ones), Flash-Decoding, FlashMLA, RMSNorm on the four GPUs, add_rmsnorm, RoPE and embeddings on two, and Tensix
+ones), Flash-Decoding, FlashMLA, RMSNorm on the four GPUs, add_rmsnorm and embeddings on two, and Tensix
 matmuls) is sized so that a full simulation is feasible. Each kernel is simulated twice through
 the prediction path (`simulate_launches`, sustained clock): with a small budget (`--budget`, so it is extrapolated
 where its template has a known repeating structure) and with `EXACT` (in full). Both run the same code, so the
@@ -80,10 +80,8 @@ def corpus() -> list[tuple[str, str, KernelCall]]:
         out.append(("flashmla b16 h128 kv32768", hw,
                     KernelCall.make(KernelKind.MLA_DECODE, batch=16, heads_q=128, seq_q=1, seq_kv=32768)))
     for hw in ("h100-sxm", "a100-sxm"):  # grids streaming DRAM: a queue filling over the first waves (add_rmsnorm),
-        # a tail CTA class kept whole (RoPE), many CTAs of few nodes (embedding)
+        # many CTAs of few nodes (embedding); RoPE's two CTA classes are simulated in full (docs/predict.md)
         out.append(("add_rmsnorm 131072x4096", hw, KernelCall.make(KernelKind.ADD_RMSNORM, rows=131072, hidden=4096)))
-        out.append(("rope 131072 tokens h32x8", hw, KernelCall.make(KernelKind.ROPE, tokens=131072, heads_q=32,
-                                                                    heads_kv=8, head_dim=128)))
         out.append(("embedding 131072 tokens x 4096", hw, KernelCall.make(KernelKind.EMBEDDING, tokens=131072,
                                                                           hidden=4096, vocab=128256)))
     for hw in ("wormhole-n150", "blackhole-p150"):
