@@ -16,6 +16,7 @@ from torchsim import MissingExtraError
 from torchsim.models import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported: the registry's default name
 from torchsim.models.jsonfile import FieldError, loads_fields, shown
 from torchsim.models.llama import LlamaConfig, LlamaForCausalLM
+from torchsim.models.presets import LLAMA_MODELS
 
 _MODELS: dict[str, Callable[[], Any]] = {}
 _FAMILIES: dict[str, Callable[..., Any]] = {}
@@ -155,30 +156,8 @@ def _llama(name: str, **kw: Any) -> Callable[[], LlamaConfig]:
     return lambda: LlamaConfig(name=name, **kw)
 
 
-_LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                  num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5)
-# Llama-3 model cards / HF config.json: meta-llama/Meta-Llama-3-8B, -70B, Llama-3.1-8B.
-register_model("llama3-8b", _llama("llama3-8b", max_position_embeddings=8192, **_LLAMA3_8B))
-register_model("llama3.1-8b", _llama("llama3.1-8b", max_position_embeddings=131072, **_LLAMA3_8B))
-_LLAMA3_70B = dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
-                   num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5)
-register_model("llama3-70b", _llama("llama3-70b", max_position_embeddings=8192, **_LLAMA3_70B))
-# meta-llama/Llama-3.1-70B config.json: Llama-3-70B's shapes with a 131072-token context (its llama3 RoPE scaling
-# changes the rotation frequencies, not the kernels)
-register_model("llama3.1-70b", _llama("llama3.1-70b", max_position_embeddings=131072, **_LLAMA3_70B))
-# Llama-2-7B (meta-llama/Llama-2-7b-hf config.json, as recalled: MHA with 32 KV heads, 4096 context, 32000 vocab):
-# the model the weight-only quantisation kernels (GPTQ/AWQ on Marlin) are usually benchmarked on
-register_model("llama2-7b", _llama("llama2-7b", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                                   num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
-                                   max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5))
-# Test sizes, CPU-cheap: llama-tiny (head_dim 16: its attention falls back to the roofline) and llama-small
-# (head_dim 64, served by the attention templates).
-register_model("llama-tiny", _llama("llama-tiny", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                                    max_position_embeddings=512))
-register_model("llama-small", _llama("llama-small", hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=1024,
-                                     max_position_embeddings=2048))
+for _name, _fields in LLAMA_MODELS.items():  # models.presets: the shapes, as plain data
+    register_model(_name, _llama(_name, **_fields))
 register_builder(LlamaConfig, LlamaForCausalLM)
 for _t in ("llama", "mistral"):
     register_family(_t, LlamaConfig.from_dict)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
@@ -197,44 +198,103 @@ def auto_workers(todo: Sequence[KernelCall]) -> int:
     return max(1, min(4, os.cpu_count() or 1)) if heavy and len(todo) > 1 else 1
 
 
+class _Dropped(Exception):
+    """Leaves a worker pool at once: its workers simulate guesses no plan needs (Background.wait)."""
+
+
 class Background:
     """Calls simulated on forked worker processes while the caller goes on (capturing the next steps of a
     prediction): `submit` starts the distinct, un-memoised calls not on disk, `wait` stores their results (memo and
-    disk) and stops the workers. Used as a context manager: leaving it by an exception stops the workers at once."""
+    disk) and stops the workers. Used as a context manager: leaving it by an exception stops the workers at once.
+
+    `speculate` queues calls before they are known to be needed (torchsim.prediction.speculate) and runs them one
+    at a time, leaving the other CPUs to the caller, until `submit` names the calls that are: from then on every
+    worker runs. `wait(needed)` stores the speculated calls whose keys are among `needed` and drops the others
+    unfinished."""
 
     def __init__(self, hw: Any, max_events: int, workers: int, disk: DiskCache | None) -> None:
         self.hw, self.max_events, self.workers, self.disk = hw, max_events, workers, disk
         self.futures: dict[Any, KernelCall] = {}
         self.keys: set[tuple[Any, ...]] = set()
+        self.speculative: set[tuple[Any, ...]] = set()
+        self._queued: list[KernelCall] = []  # speculated calls not yet handed to the pool (one runs at a time)
+        self._lock = threading.RLock()  # the pool's callback thread hands the next speculated call over
         self._ctx: Any = None
         self._pool: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
 
     def __enter__(self) -> Background:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self._queued.clear()
         if self._ctx is not None:
             ctx, self._ctx = self._ctx, None
             ctx.__exit__(*exc)
 
-    def submit(self, calls: Sequence[KernelCall]) -> None:
+    def speculate(self, calls: Sequence[KernelCall]) -> None:
+        """Queue `calls` (largest first) and start the first; each one's completion starts the next."""
+        todo = self._new(calls)
+        if not todo:
+            return
+        with self._lock:
+            self.speculative |= {c.key() for c in todo}
+            self._queued = todo[1:]
+            self._start(todo[0], chain=True)
+
+    def _next(self, _fut: Any) -> None:
+        with self._lock:
+            if self._queued and self._pool is not None:
+                self._start(self._queued.pop(0), chain=True)
+
+    def _new(self, calls: Sequence[KernelCall]) -> list[KernelCall]:
+        """The distinct calls not yet submitted, memoised or on disk, largest first (the pool finishes together)."""
         todo = [c for c in {c.key(): c for c in calls}.values()
                 if c.key() not in self.keys and not is_memoised(c, self.hw, self.max_events)]
         if self.disk is not None:
             todo = [c for c in todo if not _from_disk(self.disk, c, self.hw, self.max_events)]
-        if not todo:
-            return
+        return sorted(todo, key=lambda c: -sum(work(c)[:2]))
+
+    def _start(self, c: KernelCall, chain: bool = False) -> None:
         if self._pool is None:
             self._ctx = worker_pool(self.workers)
             self._pool = self._ctx.__enter__()
-        for c in sorted(todo, key=lambda c: -sum(work(c)[:2])):  # largest first: the pool finishes together
-            self.keys.add(c.key())
-            self.futures[self._pool.submit(_simulate, c, self.hw, self.max_events)] = c
+        self.keys.add(c.key())
+        fut = self._pool.submit(_simulate, c, self.hw, self.max_events)
+        self.futures[fut] = c
+        if chain:
+            fut.add_done_callback(self._next)
 
-    def wait(self) -> None:
-        for fut in as_completed(self.futures):
-            _store(self.futures[fut], self.hw, self.max_events, fut.result(), self.disk)
+    def submit(self, calls: Sequence[KernelCall]) -> None:
+        calls = list(calls)
+        with self._lock:
+            self.speculative -= {c.key() for c in calls}  # asked for: needed
+            queued, self._queued = self._queued, []  # every worker runs from now on
+            for c in self._new([*calls, *queued]):
+                self._start(c)
+
+    def wait(self, needed: set[tuple[Any, ...]] | None = None) -> None:
+        """Store every submitted call's result; a speculated call whose key is not in `needed` (every key of the
+        captured plans) is cancelled, or its worker stopped, instead of waited for."""
+        with self._lock:
+            self._queued.clear()
+            drop = {k for k in self.speculative if needed is not None and k not in needed}
+            wanted = {f: c for f, c in self.futures.items() if c.key() not in drop}
+            unwanted = [f for f, c in self.futures.items() if c.key() in drop]
+        for f in unwanted:
+            f.cancel()
+        for fut in as_completed(wanted):
+            _store(wanted[fut], self.hw, self.max_events, fut.result(), self.disk)
+        running = any(not f.done() for f in unwanted)
         self.futures.clear()
+        self.speculative.clear()
+        if running and self._ctx is not None:  # a guess still simulating: stop the workers rather than wait
+            ctx, self._ctx = self._ctx, None
+            ctx.__exit__(_Dropped, _Dropped(), None)  # worker_pool stops its workers on an exception
         self.__exit__(None, None, None)
         self._pool = None
 

@@ -7,6 +7,8 @@ are simulated at a few KV lengths and interpolated linearly in between.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -167,12 +169,15 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                                        allow=allow_oversubscribe, share=mb / pp,
                                        latent=int(entry.facts.get("latent_kv_width", 0)))
     else:
-        entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan = _capture(
-            model, prof, system, scenarios, batch // mb // dp, preset=preset, dtype=dtype, kv_cache=kv_cache,
-            quant=quant, routing=routing, fallback=fallback, tune=tune, tp=tp, ep=ep, pp=pp, dp=dp, mb=mb,
-            batch=batch, weights=weights, workers=workers, max_sim_events=max_sim_events, disk=disk,
-            allow_oversubscribe=allow_oversubscribe, prompt_len=prompt_len, kv0=kv0, decode_steps=decode_steps,
-            sp=sp, budget=budget)
+        early = _speculate(model, prof, max_sim_events, disk, workers, batch=batch, prompt_len=prompt_len,
+                           dtype=dtype, preset=preset, tp=tp, ep=ep, pp=pp, quant=quant, tune=tune)
+        with early or contextlib.nullcontext():  # an error before the capture takes it over stops its workers
+            entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan = _capture(
+                model, prof, system, scenarios, batch // mb // dp, preset=preset, dtype=dtype, kv_cache=kv_cache,
+                quant=quant, routing=routing, fallback=fallback, tune=tune, tp=tp, ep=ep, pp=pp, dp=dp, mb=mb,
+                batch=batch, weights=weights, workers=workers, max_sim_events=max_sim_events, disk=disk,
+                allow_oversubscribe=allow_oversubscribe, prompt_len=prompt_len, kv0=kv0, decode_steps=decode_steps,
+                sp=sp, budget=budget, early=early)
         if plan_cache and pkey:
             plan_cache.put(pkey, entry)
     name, precision_fp8, kv_dtype, fmt, keep = entry.name, entry.fp8, entry.kv_dtype, entry.fmt, entry.keep
@@ -347,10 +352,11 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
              fallback: str | None, tune: bool, tp: int, ep: int, pp: int, dp: int, mb: int, batch: int,
              weights: str | None, workers: int | None, max_sim_events: int, disk: DiskCache | None,
              allow_oversubscribe: bool, prompt_len: int, kv0: int, decode_steps: int, sp: bool,
-             budget: EventBudget) -> tuple[Any, ...]:
+             budget: EventBudget, early: Background | None = None) -> tuple[Any, ...]:
     """Build the model, capture and plan every scenario (the prefill's kernels simulated on worker processes
-    meanwhile): the plan-cache entry, the plans, weight bytes, memory warnings and report, the kernels already
-    simulated, and the times setup and planning ended."""
+    meanwhile; `early`: those workers, already simulating the calls `_speculate` named): the plan-cache entry, the
+    plans, weight bytes, memory warnings and report, the kernels already simulated, and the times setup and
+    planning ended."""
     from torchsim.lowering.capture import capture_model
     from torchsim.lowering.parallel import sequence_parallel, shard_plan
     from torchsim.lowering.plan import Preset, plan_capture
@@ -378,7 +384,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
 
     plans: list[KernelPlan] = []
     todo: list[KernelCall] = []
-    with Background(prof, max_sim_events, 1, disk) as bg:
+    with early or Background(prof, max_sim_events, 1, disk) as bg:
         for _phase, _step, q, past in scenarios:
             cap = capture_model(module, rows, q, past)
             plan = with_precision(plan_capture(cap, Preset.parse(preset), routing=routing,
@@ -401,8 +407,9 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                 # the prefill's kernels are simulated on worker processes while the decode steps are captured
                 todo = [c for c in {c.key(): c for c in plans[0].calls}.values()
                         if not is_memoised(c, prof, max_sim_events)]
-                bg.workers = workers or auto_workers(todo)
-                if bg.workers > 1:
+                if not bg.started:
+                    bg.workers = workers or auto_workers(todo)
+                if bg.started or bg.workers > 1:
                     bg.submit(todo)
         t_plan = time.perf_counter()
         w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
@@ -416,12 +423,33 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
         if bg.futures:  # this process simulates the decode steps' kernels meanwhile
             rest = [c for p in plans[1:] for c in p.calls if c.key() not in bg.keys]
             simulate_many(rest, prof, max_events=max_sim_events, workers=1, disk=disk)
-        bg.wait()
+        bg.wait(needed={c.key() for p in plans for c in p.calls})
     entry = PlanEntry(name=name, preset=preset, fp8=precision is WeightPrecision.FP8, kv_dtype=kv_dtype, fmt=fmt,
                       keep=keep, plans=tuple(StepPlan(p.calls, p.proofs) for p in plans), weight_bytes=w_bytes,
                       facts=_model_facts(cfg, module, kv_dtype),
                       approximations=tuple(getattr(cfg, "approximations", ())), layers=_layers(cfg))
     return entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan
+
+
+def _speculate(model: Any, prof: Any, max_sim_events: int, disk: DiskCache | None, workers: int | None,
+               **args: Any) -> Background | None:
+    """Worker processes already simulating the prefill kernels `torchsim.prediction.speculate` names for this
+    prediction, started before torch is imported (the capture that follows keeps this process busy for seconds);
+    None where it names none, or the prediction is to run on one process."""
+    from torchsim.prediction import speculate
+    from torchsim.prediction.workers import cpus
+
+    n = workers or cpus()
+    calls = speculate.prefill_calls(model, prof, **args) if n > 1 else []
+    if not calls:
+        return None
+    bg = Background(prof, max_sim_events, n, disk)
+    try:
+        bg.speculate(calls)
+    except BaseException:
+        bg.__exit__(*sys.exc_info())
+        raise
+    return bg
 
 
 def _record(c: KernelCall, s: KernelSim, phase: str, step: int | None, kv: int, order: int, start_s: float,

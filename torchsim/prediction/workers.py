@@ -57,7 +57,7 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
 
 def stop(pool: ProcessPoolExecutor) -> None:
     """Cancel queued work and terminate the workers now."""
-    processes = list(getattr(pool, "_processes", {}).values())  # no public handle on the workers
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on the workers
     pool.shutdown(wait=False, cancel_futures=True)
     for p in processes:
         if p.is_alive():
