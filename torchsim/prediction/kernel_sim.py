@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,8 +212,11 @@ class Background:
     worker runs. `wait(needed)` stores the speculated calls whose keys are among `needed` and drops the others
     unfinished."""
 
-    def __init__(self, hw: Any, max_events: int, workers: int, disk: DiskCache | None) -> None:
+    def __init__(self, hw: Any, max_events: int, workers: int, disk: DiskCache | None,
+                 cost: Callable[[KernelCall], float] | None = None) -> None:
         self.hw, self.max_events, self.workers, self.disk = hw, max_events, workers, disk
+        # what simulating a call costs, to start the longest first (default: its FLOPs and bytes)
+        self.cost = cost or (lambda c: float(sum(work(c)[:2])))
         self.futures: dict[Any, KernelCall] = {}
         self.keys: set[tuple[Any, ...]] = set()
         self.speculative: set[tuple[Any, ...]] = set()
@@ -252,12 +255,13 @@ class Background:
                 self._start(self._queued.pop(0), chain=True)
 
     def _new(self, calls: Sequence[KernelCall]) -> list[KernelCall]:
-        """The distinct calls not yet submitted, memoised or on disk, largest first (the pool finishes together)."""
+        """The distinct calls not yet submitted, memoised or on disk, costliest first (the pool finishes
+        together)."""
         todo = [c for c in {c.key(): c for c in calls}.values()
                 if c.key() not in self.keys and not is_memoised(c, self.hw, self.max_events)]
         if self.disk is not None:
             todo = [c for c in todo if not _from_disk(self.disk, c, self.hw, self.max_events)]
-        return sorted(todo, key=lambda c: -sum(work(c)[:2]))
+        return sorted(todo, key=lambda c: -self.cost(c))
 
     def _start(self, c: KernelCall, chain: bool = False) -> None:
         if self._pool is None:

@@ -106,17 +106,27 @@ class EventBudget:
     def __init__(self, name: str, hw: Any, max_events: int, limit: int | None) -> None:
         self.name, self.hw, self.max_events, self.limit = name, hw, max_events, limit
         self.events: dict[tuple[Any, ...], tuple[KernelCall, int]] = {}
+        self._seen: dict[tuple[Any, ...], int] = {}  # estimated, not yet added
 
     @property
     def total(self) -> int:
         return sum(e for _, e in self.events.values())
+
+    def estimate(self, call: KernelCall) -> int:
+        """`call_events` of one call, remembered (what a pool simulating calls sorts them by, longest first); not
+        counted towards the limit until `add`."""
+        key = call.key()
+        if key not in self.events and key not in self._seen:
+            self._seen[key] = call_events(call, self.hw, self.max_events)
+        return self.events[key][1] if key in self.events else self._seen[key]
 
     def add(self, calls: Iterable[KernelCall]) -> int:
         """Estimate the calls not yet counted, and raise SimulationLimitError when the total exceeds the limit."""
         for c in calls:
             key = c.key()
             if key not in self.events:
-                self.events[key] = (c, call_events(c, self.hw, self.max_events))
+                seen = self._seen.pop(key, None)
+                self.events[key] = (c, call_events(c, self.hw, self.max_events) if seen is None else seen)
         total = self.total
         if self.limit is not None and total > self.limit:
             raise SimulationLimitError(self.message(total))

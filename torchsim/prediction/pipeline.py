@@ -169,7 +169,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                                        allow=allow_oversubscribe, share=mb / pp,
                                        latent=int(entry.facts.get("latent_kv_width", 0)))
     else:
-        early = _speculate(model, prof, max_sim_events, disk, workers, batch=batch, prompt_len=prompt_len,
+        early = _speculate(model, prof, max_sim_events, disk, workers, budget, batch=batch, prompt_len=prompt_len,
                            dtype=dtype, preset=preset, tp=tp, ep=ep, pp=pp, quant=quant, tune=tune)
         with early or contextlib.nullcontext():  # an error before the capture takes it over stops its workers
             entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan = _capture(
@@ -384,7 +384,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
 
     plans: list[KernelPlan] = []
     todo: list[KernelCall] = []
-    with early or Background(prof, max_sim_events, 1, disk) as bg:
+    with early or Background(prof, max_sim_events, 1, disk, cost=budget.estimate) as bg:
         for _phase, _step, q, past in scenarios:
             cap = capture_model(module, rows, q, past)
             plan = with_precision(plan_capture(cap, Preset.parse(preset), routing=routing,
@@ -432,7 +432,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
 
 
 def _speculate(model: Any, prof: Any, max_sim_events: int, disk: DiskCache | None, workers: int | None,
-               **args: Any) -> Background | None:
+               budget: EventBudget, **args: Any) -> Background | None:
     """Worker processes already simulating the prefill kernels `torchsim.prediction.speculate` names for this
     prediction, started before torch is imported (the capture that follows keeps this process busy for seconds);
     None where it names none, or the prediction is to run on one process."""
@@ -443,7 +443,7 @@ def _speculate(model: Any, prof: Any, max_sim_events: int, disk: DiskCache | Non
     calls = speculate.prefill_calls(model, prof, **args) if n > 1 else []
     if not calls:
         return None
-    bg = Background(prof, max_sim_events, n, disk)
+    bg = Background(prof, max_sim_events, n, disk, cost=budget.estimate)
     try:
         bg.speculate(calls)
     except BaseException:
