@@ -47,6 +47,19 @@ def test_the_named_calls_are_calls_of_the_captured_prefill(model: str, dtype: st
     assert {c.key() for c in calls} <= _prefill_keys(model, dtype, batch, prompt)
 
 
+@pytest.mark.parametrize("model,batch,prompt", [("mixtral-tiny", 3, 100), ("mixtral-micro", 2, 64)])
+def test_a_mixtral_prefill_names_its_router_and_evenly_split_experts(model: str, batch: int, prompt: int) -> None:
+    """With no routing given the lowering splits each MoE layer's tokens x top_k evenly over the experts (300 x 2
+    rows over 8 experts: 75 each; 128 x 2 over 4: 64 each); with routing counts, the grouped GEMMs are not named."""
+    calls = speculate.prefill_calls(model, H100, batch=batch, prompt_len=prompt, dtype="bf16", **ARGS)
+    assert [c.kind for c in calls].count(KernelKind.GROUPED_GEMM) == 2 and len(calls) == 7
+    assert {c.key() for c in calls} <= _prefill_keys(model, "bf16", batch, prompt)
+    routed = speculate.prefill_calls(model, H100, batch=batch, prompt_len=prompt, dtype="bf16", routing="skewed",
+                                     **ARGS)
+    assert KernelKind.GROUPED_GEMM not in {c.kind for c in routed} and len(routed) == 5
+    assert not speculate.prefill_calls(model, H100, batch=batch, prompt_len=prompt, dtype="fp8", **ARGS)
+
+
 def test_a_llama_config_file_is_read_without_torch_and_named_alike(tmp_path: Path) -> None:
     cfg = {"model_type": "mistral", "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 2,
            "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000, "head_dim": 64,
@@ -68,7 +81,7 @@ def test_nothing_is_named_where_the_prediction_goes_elsewhere() -> None:
                                        **{**ARGS, **kw})  # type: ignore[arg-type]
 
     assert named() and not named(preset="eager") and not named(tp=2) and not named(quant="w4a16")
-    assert not named(tune=True) and not named("mixtral-8x7b") and not named(hw=get_profile("wormhole-n150"))
+    assert not named(tune=True) and not named("phi-3") and not named(hw=get_profile("wormhole-n150"))
 
 
 def test_a_prediction_is_the_same_with_and_without_the_early_start(tmp_path: Path,

@@ -19,6 +19,7 @@ from torch import nn
 
 from torchsim.models import moe_patterns  # noqa: F401  (registers the router/align/combine fusions with lowering)
 from torchsim.models.decoder import DecoderConfig, DecoderForCausalLM
+from torchsim.models.presets import MIXTRAL_MODELS
 from torchsim.models.registry import register_builder, register_family, register_model
 
 
@@ -58,20 +59,8 @@ class MixtralConfig(DecoderConfig):
         return self.param_count() - self.num_hidden_layers * idle * expert
 
 
-MIXTRAL_CONFIGS: dict[str, MixtralConfig] = {c.name: c for c in (
-    # mistralai/Mixtral-8x7B-v0.1 config.json (sliding_window null): 46.7 B parameters, 12.9 B active.
-    MixtralConfig(name="mixtral-8x7b", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                  num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768),
-    # mistralai/Mixtral-8x22B-v0.1 config.json: 141 B parameters.
-    MixtralConfig(name="mixtral-8x22b", hidden_size=6144, intermediate_size=16384, num_hidden_layers=56,
-                  num_attention_heads=48, num_key_value_heads=8, vocab_size=32768, max_position_embeddings=65536),
-    # CPU-sized: tests, and recording routing with real random-init weights on real token inputs.
-    MixtralConfig(name="mixtral-tiny", hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                  num_attention_heads=8, num_key_value_heads=2, vocab_size=1000, max_position_embeddings=4096),
-    MixtralConfig(name="mixtral-micro", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=512,
-                  num_local_experts=4),
-)}
+MIXTRAL_CONFIGS: dict[str, MixtralConfig] = {  # models.presets: the shapes, as plain data
+    name: MixtralConfig(name=name, **fields) for name, fields in MIXTRAL_MODELS.items()}
 
 
 def mixtral_config(name: str) -> MixtralConfig:

@@ -1,5 +1,6 @@
-"""The shapes of torchsim's built-in Llama-family models, as plain data (no torch): what `models.registry` builds
-them from, and what `prediction.speculate` reads before torch is imported."""
+"""The shapes of torchsim's built-in Llama-family and Mixtral models, as plain data (no torch): what
+`models.registry` and `models.mixtral` build them from, and what `prediction.speculate` reads before torch is
+imported."""
 
 from __future__ import annotations
 
@@ -33,4 +34,19 @@ LLAMA_MODELS: dict[str, dict[str, Any]] = {
                        num_key_value_heads=2, vocab_size=256, max_position_embeddings=512),
     "llama-small": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
                         num_key_value_heads=2, vocab_size=1024, max_position_embeddings=2048),
+}
+
+# name -> MixtralConfig fields (models.mixtral.MIXTRAL_CONFIGS)
+MIXTRAL_MODELS: dict[str, dict[str, Any]] = {
+    # mistralai/Mixtral-8x7B-v0.1 config.json (sliding_window null): 46.7 B parameters, 12.9 B active.
+    "mixtral-8x7b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=32000, max_position_embeddings=32768),
+    # mistralai/Mixtral-8x22B-v0.1 config.json: 141 B parameters.
+    "mixtral-8x22b": dict(hidden_size=6144, intermediate_size=16384, num_hidden_layers=56, num_attention_heads=48,
+                          num_key_value_heads=8, vocab_size=32768, max_position_embeddings=65536),
+    # CPU-sized: tests, and recording routing with real random-init weights on real token inputs.
+    "mixtral-tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                         num_key_value_heads=2, vocab_size=1000, max_position_embeddings=4096),
+    "mixtral-micro": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, num_local_experts=4),
 }

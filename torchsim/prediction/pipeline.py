@@ -170,7 +170,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                                        latent=int(entry.facts.get("latent_kv_width", 0)))
     else:
         early = _speculate(model, prof, max_sim_events, disk, workers, budget, batch=batch, prompt_len=prompt_len,
-                           dtype=dtype, preset=preset, tp=tp, ep=ep, pp=pp, quant=quant, tune=tune)
+                           dtype=dtype, preset=preset, tp=tp, ep=ep, pp=pp, quant=quant, tune=tune, routing=routing)
         with early or contextlib.nullcontext():  # an error before the capture takes it over stops its workers
             entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan = _capture(
                 model, prof, system, scenarios, batch // mb // dp, preset=preset, dtype=dtype, kv_cache=kv_cache,

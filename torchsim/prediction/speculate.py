@@ -2,13 +2,15 @@
 
 A cold `predict` spends its first seconds on one core: importing torch and torch.export, building the model on
 the meta device and exporting its layers, before the prefill's kernel calls are known (2.8 s of 6 on the 2-core
-machine the project is measured on, for Llama-3-8B). For the dense Llama-family shapes torchsim builds itself (its
+machine the project is measured on, for Llama-3-8B). For the Llama-family shapes torchsim builds itself (its
 built-in names, and HF config.json files of model_type llama or mistral without biases), the serving preset's
 prefill GEMMs are fixed by the shapes alone: QKV fused (N = (heads + 2 KV heads) x head_dim), the output
 projection, gate and up fused, down, and the LM head on each sequence's last token; and the causal attention
-over the prompt. `prefill_calls` names them, so that they start simulating on the idle core while the model is
-captured. Only calls equal, key for key, to a call of the captured plan are ever used (tests check they are a
-subset of it); one that is not is dropped unfinished, and the prediction is the same either way.
+over the prompt. For its built-in Mixtral models: the same attention side, the router GEMM, and with no routing
+given the experts' two grouped GEMMs over an even split of the tokens. `prefill_calls` names them, so that they
+start simulating on the idle core while the model is captured. Only calls equal, key for key, to a call of the
+captured plan are ever used (tests check they are a subset of it); one that is not is dropped unfinished, and the
+prediction is the same either way.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ _FP8 = ("fp8", "fp8_e4m3", "e4m3")
 def shapes_of(model: Any) -> dict[str, Any] | None:
     """The shape fields of a built-in Llama-family name or of a llama/mistral config.json without biases or a
     quantisation; None for anything else (a module, another family, a file that cannot be read)."""
-    from torchsim.models.presets import LLAMA_MODELS
+    from torchsim.models.presets import LLAMA_MODELS, MIXTRAL_MODELS
 
     if isinstance(model, str) and model.lower() in LLAMA_MODELS:
         return dict(LLAMA_MODELS[model.lower()])
+    if isinstance(model, str) and model.lower() in MIXTRAL_MODELS:  # models.mixtral.MixtralConfig's defaults
+        return {"num_local_experts": 8, "num_experts_per_tok": 2, **MIXTRAL_MODELS[model.lower()]}
     if not isinstance(model, (str, Path)) or not str(model).endswith(".json"):
         return None
     try:
@@ -48,10 +52,11 @@ def shapes_of(model: Any) -> dict[str, Any] | None:
 
 
 def prefill_calls(model: Any, prof: Any, *, batch: int, prompt_len: int, dtype: str, preset: str, tp: int, ep: int,
-                  pp: int, quant: str | None, tune: bool) -> list[KernelCall]:
-    """The serving preset's prefill GEMMs and causal attention for `model` on one GPU (see the module doc); empty
-    where any argument takes the prediction elsewhere (another preset, a mesh of devices, a quantised format,
-    autotuned GEMMs, a Tenstorrent profile)."""
+                  pp: int, quant: str | None, tune: bool, routing: Any = None) -> list[KernelCall]:
+    """The serving preset's prefill GEMMs and causal attention for `model` on one GPU (see the module doc); for a
+    Mixtral model its router GEMM and, with no `routing` given (an even split of the tokens, as the lowering
+    makes it), its experts' two grouped GEMMs; empty where any argument takes the prediction elsewhere (another
+    preset, a mesh of devices, a quantised format, autotuned GEMMs, a Tenstorrent profile, an FP8 MoE)."""
     from torchsim.hwmodels.gpu import GpuProfile
 
     d = shapes_of(model)
@@ -70,8 +75,22 @@ def prefill_calls(model: Any, prof: Any, *, batch: int, prompt_len: int, dtype: 
     def gemm(dtype: DType, rows: int, n: int, k: int) -> KernelCall:
         return KernelCall.make(KernelKind.GEMM, dtype, epilogue="none", m=rows, n=n, k=k)
 
-    calls = [gemm(gemm_dt, m, (hq + 2 * hkv) * hd, h), gemm(gemm_dt, m, h, hq * hd), gemm(gemm_dt, m, 2 * inter, h),
-             gemm(gemm_dt, m, h, inter), gemm(model_dt, batch, int(d["vocab_size"]), h)]
+    experts = int(d.get("num_local_experts") or 0)
+    if experts and gemm_dt != model_dt:
+        return []
+    calls = [gemm(gemm_dt, m, (hq + 2 * hkv) * hd, h), gemm(gemm_dt, m, h, hq * hd),
+             gemm(model_dt, batch, int(d["vocab_size"]), h)]
+    if not experts:
+        calls += [gemm(gemm_dt, m, 2 * inter, h), gemm(gemm_dt, m, h, inter)]
+    else:  # the router, and each expert's rows: tokens x top_k split evenly (lowering.lowerings.tokens_per_expert)
+        calls.append(gemm(model_dt, m, experts, h))
+        if routing is None:
+            base, extra = divmod(m * int(d["num_experts_per_tok"]), experts)
+            tpe = tuple(base + (1 if e < extra else 0) for e in range(experts))
+            calls += [KernelCall.make(KernelKind.GROUPED_GEMM, model_dt, epilogue="none", k=h, n=2 * inter,
+                                      tokens_per_expert=tpe),
+                      KernelCall.make(KernelKind.GROUPED_GEMM, model_dt, epilogue="none", k=inter, n=h,
+                                      tokens_per_expert=tpe)]
     if not d.get("sliding_window"):
         calls.append(KernelCall.make(KernelKind.ATTENTION_PREFILL, model_dt, batch=batch, causal=True, head_dim=hd,
                                      heads_kv=hkv, heads_q=hq, seq_kv=prompt_len, seq_q=prompt_len))
