@@ -75,6 +75,23 @@ def test_a_llama_config_file_is_read_without_torch_and_named_alike(tmp_path: Pat
     assert speculate.prefill_calls(str(path), H100, batch=2, prompt_len=256, dtype="bf16", **ARGS) == []
 
 
+@pytest.mark.parametrize("name", ["qwen3-8b", "granite-3.1-8b", "olmo-7b", "olmo2-7b", "phi-3-mini-4k", "gemma-2-9b",
+                                  "gemma-3-1b"])
+def test_hf_families_with_llama_gemms_are_named_alike(name: str) -> None:
+    """The HF families speculate.py treats as Llama's GEMMs: every named call is a call of the prefill transformers'
+    model captures to (their sliding windows leave the attention unnamed)."""
+    pytest.importorskip("transformers")
+    path = str(Path(__file__).parent / "data" / "hf_configs" / f"{name}.json")
+    calls = speculate.prefill_calls(path, H100, batch=2, prompt_len=256, dtype="bf16", **ARGS)
+    assert len(calls) >= 5 and {c.key() for c in calls} <= _prefill_keys(path, "bf16", 2, 256)
+
+
+def test_families_with_a_qkv_bias_are_not_named() -> None:
+    for name in ("qwen2.5-7b", "stablelm-2-1.6b", "starcoder2-7b", "deepseek-v2-lite", "gpt-oss-20b"):
+        path = str(Path(__file__).parent / "data" / "hf_configs" / f"{name}.json")
+        assert speculate.prefill_calls(path, H100, batch=2, prompt_len=256, dtype="bf16", **ARGS) == [], name
+
+
 def test_nothing_is_named_where_the_prediction_goes_elsewhere() -> None:
     def named(model: object = "llama3-8b", hw: object = H100, **kw: object) -> list[KernelCall]:
         return speculate.prefill_calls(model, hw, batch=1, prompt_len=128, dtype=str(kw.pop("dtype", "bf16")),

@@ -2,8 +2,9 @@
 
 A cold `predict` spends its first seconds on one core: importing torch and torch.export, building the model on
 the meta device and exporting its layers, before the prefill's kernel calls are known (2.8 s of 6 on the 2-core
-machine the project is measured on, for Llama-3-8B). For the Llama-family shapes torchsim builds itself (its
-built-in names, and HF config.json files of model_type llama or mistral without biases), the serving preset's
+machine the project is measured on, for Llama-3-8B). For the Llama-family shapes (torchsim's built-in names, and
+HF config.json files of model_type llama, mistral and the families whose GEMMs are Llama's: `_HF_TYPES`, without
+biases or a quantisation), the serving preset's
 prefill GEMMs are fixed by the shapes alone: QKV fused (N = (heads + 2 KV heads) x head_dim), the output
 projection, gate and up fused, down, and the LM head on each sequence's last token; and the causal attention
 over the prompt. For its built-in Mixtral models: the same attention side, the router GEMM, and with no routing
@@ -22,7 +23,11 @@ from typing import Any
 from torchsim.graph.kinds import DType
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 
-_HF_TYPES = ("llama", "mistral")  # registered to models.llama.LlamaConfig.from_dict
+# model_types whose serving-preset prefill GEMMs are Llama's for the same shape fields: torchsim's own (llama,
+# mistral: models.llama.LlamaConfig.from_dict) and HF families built by transformers whose extra parts (q/k norms,
+# multipliers, GeGLU, fused projections) leave the GEMMs alone (tests/test_speculate.py checks each against its
+# capture); qwen2 and stablelm carry a QKV bias, not in any config field: not here
+_HF_TYPES = ("llama", "mistral", "qwen3", "granite", "olmo", "olmo2", "phi3", "gemma2", "gemma3_text")
 _DTYPES = {"bf16": DType.BF16, "bfloat16": DType.BF16, "fp16": DType.FP16, "float16": DType.FP16}
 _FP8 = ("fp8", "fp8_e4m3", "e4m3")
 
