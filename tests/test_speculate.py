@@ -86,6 +86,17 @@ def test_hf_families_with_llama_gemms_are_named_alike(name: str) -> None:
     assert len(calls) >= 5 and {c.key() for c in calls} <= _prefill_keys(path, "bf16", 2, 256)
 
 
+def test_a_mixtral_config_file_is_named_like_the_built_in_model(tmp_path: Path) -> None:
+    from torchsim.models.presets import MIXTRAL_MODELS
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mixtral", **MIXTRAL_MODELS["mixtral-tiny"],
+                                "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None}))
+    calls = speculate.prefill_calls(str(path), H100, batch=2, prompt_len=96, dtype="bf16", **ARGS)
+    assert [c.kind for c in calls].count(KernelKind.GROUPED_GEMM) == 2 and len(calls) == 7
+    assert {c.key() for c in calls} <= _prefill_keys(str(path), "bf16", 2, 96)
+
+
 def test_families_with_a_qkv_bias_are_not_named() -> None:
     for name in ("qwen2.5-7b", "stablelm-2-1.6b", "starcoder2-7b", "deepseek-v2-lite", "gpt-oss-20b"):
         path = str(Path(__file__).parent / "data" / "hf_configs" / f"{name}.json")

@@ -7,11 +7,11 @@ HF config.json files of model_type llama, mistral and the families whose GEMMs a
 biases or a quantisation), the serving preset's
 prefill GEMMs are fixed by the shapes alone: QKV fused (N = (heads + 2 KV heads) x head_dim), the output
 projection, gate and up fused, down, and the LM head on each sequence's last token; and the causal attention
-over the prompt. For its built-in Mixtral models: the same attention side, the router GEMM, and with no routing
-given the experts' two grouped GEMMs over an even split of the tokens. `prefill_calls` names them, so that they
-start simulating on the idle core while the model is captured. Only calls equal, key for key, to a call of the
-captured plan are ever used (tests check they are a subset of it); one that is not is dropped unfinished, and the
-prediction is the same either way.
+over the prompt. For Mixtral (built-in names, or a config.json of model_type mixtral): the same attention side,
+the router GEMM, and with no routing given the experts' two grouped GEMMs over an even split of the tokens.
+`prefill_calls` names them, so that they start simulating on the idle core while the model is captured. Only
+calls equal, key for key, to a call of the captured plan are ever used (tests check they are a subset of it); one
+that is not is dropped unfinished, and the prediction is the same either way.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from torchsim.lowering.kernel_call import KernelCall, KernelKind
 # mistral: models.llama.LlamaConfig.from_dict) and HF families built by transformers whose extra parts (q/k norms,
 # multipliers, GeGLU, fused projections) leave the GEMMs alone (tests/test_speculate.py checks each against its
 # capture); qwen2 and stablelm carry a QKV bias, not in any config field: not here
-_HF_TYPES = ("llama", "mistral", "qwen3", "granite", "olmo", "olmo2", "phi3", "gemma2", "gemma3_text")
+_HF_TYPES = ("llama", "mistral", "qwen3", "granite", "olmo", "olmo2", "phi3", "gemma2", "gemma3_text",
+             "mixtral")  # torchsim's own Mixtral (MixtralConfig.from_dict): its attention side is Llama's
 _DTYPES = {"bf16": DType.BF16, "bfloat16": DType.BF16, "fp16": DType.FP16, "float16": DType.FP16}
 _FP8 = ("fp8", "fp8_e4m3", "e4m3")
 
@@ -53,6 +54,8 @@ def shapes_of(model: Any) -> dict[str, Any] | None:
     keys = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
     if not all(isinstance(data.get(k), int) for k in keys):
         return None
+    if data["model_type"] == "mixtral":  # MixtralConfig's defaults where the file leaves them out
+        return {"num_local_experts": 8, "num_experts_per_tok": 2, **data}
     return data
 
 
