@@ -68,20 +68,17 @@ def compare() -> dict[str, float]:
     return out
 
 
-CUSTOM = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "custom_allreduce_published.csv"
-
-
 def compare_custom() -> dict[str, float]:
     """vLLM's one-/two-stage custom all-reduce and pynccl rows beside torchsim's custom all-reduce and NCCL models
     (device time); the rows' timing mode (CUDA graph or not) was not read, so NCCL is shown both ways."""
-    from torchsim.sim.custom_allreduce import STAGES, custom_allreduce_time
+    from torchsim.sim.custom_allreduce import STAGES, custom_allreduce_time, published_rows
 
     stage_of = {v: k for k, v in STAGES.items()}
     errs: dict[str, list[float]] = defaultdict(list)
     print("\nall-reduce on H100 (vLLM benchmark_device_communicators.py rows) beside the models")
     print(f"{'row':<8} {'ranks':>5} {'size':>9} {'impl':<10} {'measured us':>12} {'model us':>9} {'err':>7}  "
           f"serving preset runs")
-    for r in csv.DictReader(CUSTOM.open()):
+    for r in published_rows():
         hw, n, b, impl = get_system(r["system"]), int(r["ranks"]), int(r["bytes"]), r["implementation"]
         meas = float(r["time_us"])
         if impl in stage_of:

@@ -12,21 +12,16 @@ benchmark) are held out and predicted. Prints the constants the module holds and
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import numpy as np
 
 from torchsim.hwmodels.systems import get_system
-from torchsim.sim.custom_allreduce import STAGES, custom_allreduce_time, traffic_bytes
+from torchsim.sim.custom_allreduce import STAGES, custom_allreduce_time, published_rows, traffic_bytes
 
-ROWS = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "custom_allreduce_published.csv"
 FIT_SOURCE = "PR #24111"
 
 
 def main() -> None:
-    with ROWS.open() as f:
-        rows = list(csv.DictReader(f))
+    rows = published_rows()
     for stage, impl in STAGES.items():
         fit = [r for r in rows if r["implementation"] == impl and FIT_SOURCE in r["source"]]
         held = [r for r in rows if r["implementation"] == impl and FIT_SOURCE not in r["source"]]

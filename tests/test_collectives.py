@@ -184,17 +184,12 @@ def test_custom_allreduce_follows_vllms_measurements_and_stays_within_its_domain
     published row it was fitted on or held out from (worst: 18%, two stages at 1.5 MiB on 4 GPUs, where the
     measurements jump 18 -> 27 us); it is taken only where it beats NCCL, only for an all-reduce,
     only on NVLink and up to 8 MiB; its time grows with the bytes each GPU reads from its peers."""
-    import csv
-    from pathlib import Path
-
     from torchsim.hwmodels.systems import get_system
     from torchsim.sim.collectives import collective_cost
-    from torchsim.sim.custom_allreduce import MAX_BYTES, STAGES, custom_allreduce_time
+    from torchsim.sim.custom_allreduce import MAX_BYTES, STAGES, custom_allreduce_time, published_rows
 
-    rows = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "custom_allreduce_published.csv"
     stage_of = {v: k for k, v in STAGES.items()}
-    with rows.open() as f:
-        ca = [r for r in csv.DictReader(f) if r["implementation"] in stage_of]
+    ca = [r for r in published_rows() if r["implementation"] in stage_of]
     assert len(ca) == 36 and all("vllm-project/vllm PR #" in r["source"] for r in ca)
     for r in ca:
         t = custom_allreduce_time(stage_of[r["implementation"]], get_system(r["system"]), int(r["ranks"]),

@@ -131,16 +131,14 @@ def _predict_each(label: str, model: Any, entries: Sequence[tuple[Any, int, int]
     them reuses that export (torchsim.lowering.capture's memo) instead of repeating it; `workers` given runs them one
     after another, each on that many processes. The results are the same either way (simulation is
     deterministic)."""
-    import os
+    from torchsim.prediction.workers import cpus, worker_pool
 
     for hw, tp, _ep in entries:
         print(f"predicting {label} on {hw.name}{f' x{tp}' if tp > 1 else ''} ...", file=sys.stderr)
-    cpus = os.cpu_count() or 1
-    if workers is not None or cpus < 2 or len(entries) < 2 or not _warm_capture(model, entries[0], common):
+    n = cpus()
+    if workers is not None or n < 2 or len(entries) < 2 or not _warm_capture(model, entries[0], common):
         return [_predict_one(model, hw, tp, ep, common, workers, progress) for hw, tp, ep in entries]
-    from torchsim.prediction.workers import worker_pool
-
-    with worker_pool(min(cpus, 4, len(entries))) as pool:  # workers stop with the command (Ctrl-C, an error)
+    with worker_pool(min(n, len(entries))) as pool:  # workers stop with the command (Ctrl-C, an error)
         futures = [pool.submit(_predict_one, model, hw, tp, ep, common, 1, False) for hw, tp, ep in entries]
         return [f.result() for f in futures]
 

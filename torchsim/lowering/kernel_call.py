@@ -99,3 +99,11 @@ def params_read() -> Iterator[set[str]]:
         yield seen
     finally:
         _READS.pop()
+
+
+def even_split(rows: int, experts: int) -> tuple[int, ...]:
+    """A GROUPED_GEMM call's `tokens_per_expert` when no routing is given: `rows` (tokens x top_k) over `experts`
+    as evenly as whole rows go, the remainder to the lowest indices (torchsim.lowering.lowerings.tokens_per_expert;
+    torchsim.prediction.speculate names the same calls before torch is imported)."""
+    base, extra = divmod(rows, experts)
+    return tuple(base + (1 if e < extra else 0) for e in range(experts))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from torchsim.graph.kinds import DType
-from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.kernel_call import KernelCall, KernelKind, even_split
 from torchsim.lowering.opgraph import WINDOW_KEY, OpNode, TensorSpec
 
 aten = torch.ops.aten
@@ -169,8 +169,7 @@ def tokens_per_expert(ctx: PlanContext, *, rows: int, experts: int) -> tuple[int
     """
     routing = ctx.routing
     if routing is None:
-        base, extra = divmod(rows, experts)
-        return tuple(base + (1 if e < extra else 0) for e in range(experts))
+        return even_split(rows, experts)
     top_k = int(getattr(routing, "top_k", 1))
     if hasattr(routing, "scaled") and rows % top_k == 0:
         routing = routing.scaled(rows // top_k)

@@ -19,7 +19,7 @@ from torch import nn
 
 from torchsim.models import moe_patterns  # noqa: F401  (registers the router/align/combine fusions with lowering)
 from torchsim.models.decoder import DecoderConfig, DecoderForCausalLM
-from torchsim.models.presets import MIXTRAL_MODELS
+from torchsim.models.presets import MIXTRAL_EXPERTS, MIXTRAL_MODELS, MIXTRAL_TOP_K
 from torchsim.models.registry import register_builder, register_family, register_model
 
 
@@ -36,8 +36,8 @@ class MixtralConfig(DecoderConfig):
 
     rope_theta: float = 1e6
     name: str = "mixtral"
-    num_local_experts: int = 8
-    num_experts_per_tok: int = 2
+    num_local_experts: int = MIXTRAL_EXPERTS
+    num_experts_per_tok: int = MIXTRAL_TOP_K
 
     def __post_init__(self) -> None:
         for f in ("num_local_experts", "num_experts_per_tok"):

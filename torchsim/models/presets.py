@@ -19,7 +19,7 @@ LLAMA2_7B: dict[str, Any] = dict(hidden_size=4096, intermediate_size=11008, num_
                                  num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
                                  max_position_embeddings=4096, rope_theta=10000.0, rms_norm_eps=1e-5)
 
-# name -> (shape fields, context length), registered by models.registry as LlamaConfig(name=name, **fields, ...)
+# name -> LlamaConfig fields (shapes and context), registered by models.registry as LlamaConfig(name=name, **fields)
 LLAMA_MODELS: dict[str, dict[str, Any]] = {
     "llama3-8b": {**LLAMA3_8B, "max_position_embeddings": 8192},
     "llama3.1-8b": {**LLAMA3_8B, "max_position_embeddings": 131072},
@@ -36,6 +36,8 @@ LLAMA_MODELS: dict[str, dict[str, Any]] = {
                         num_key_value_heads=2, vocab_size=1024, max_position_embeddings=2048),
 }
 
+# MixtralConfig's defaults where a config leaves them out (Mixtral-8x7B and -8x22B: 8 experts, top-2)
+MIXTRAL_EXPERTS, MIXTRAL_TOP_K = 8, 2
 # name -> MixtralConfig fields (models.mixtral.MIXTRAL_CONFIGS)
 MIXTRAL_MODELS: dict[str, dict[str, Any]] = {
     # mistralai/Mixtral-8x7B-v0.1 config.json (sliding_window null): 46.7 B parameters, 12.9 B active.

@@ -11,7 +11,6 @@ error bound), the others in full; only calls without a template are a roofline (
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
@@ -22,7 +21,7 @@ from torchsim.lowering.fallback import roofline, work
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.repeats import EXACT_EVENTS
-from torchsim.prediction.workers import worker_pool
+from torchsim.prediction.workers import cpus, worker_pool
 
 DEFAULT_MAX_SIM_EVENTS = EXACT_EVENTS  # kernels up to this many node executions are simulated in full
 EXACT = 1 << 62  # max_events that simulates every kernel in full (`--exact`)
@@ -195,7 +194,7 @@ def auto_workers(todo: Sequence[KernelCall]) -> int:
     """Processes for simulating `todo`: one per CPU (at most 4) when the work is large (over 100 GFLOP in
     total) and there is more than one call, else 1."""
     heavy = sum(work(c)[0] for c in todo) > 1e11
-    return max(1, min(4, os.cpu_count() or 1)) if heavy and len(todo) > 1 else 1
+    return cpus() if heavy and len(todo) > 1 else 1
 
 
 class _Dropped(Exception):
@@ -376,8 +375,8 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
 
     try:
         fam = repeats.unbuilt_family(call, hw) if max_events < EXACT else None
-        if fam is not None and fam.events + repeats.CTA_EVENTS * fam.ctas > max_events and fam.dims:  # a large
-            # GEMM or causal attention, never built in full (unless its samples disagree)
+        if fam is not None and fam.full_cost > max_events and fam.dims:  # a large GEMM or causal attention, never
+            # built in full (unless its samples disagree)
             res = repeats.simulate_kernel(fam, hw, exact_events=max_events)
             return (_from_result(fam, res, fam.events),)
         kgs = build_kernels(call, hw)

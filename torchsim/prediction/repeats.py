@@ -33,6 +33,7 @@ extrapolated work counts, and its run at the sustained clock is again of the tru
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -94,6 +95,11 @@ class Family:
     # hits per iteration). Attention K/V hits come from a head's CTAs reading a block together, independent of
     # the sequence length, and a grid cut to fewer waves repeats the same reuse: both keep the whole L2
     l2_share: Callable[[dict[str, int]], float] = field(default=lambda sizes: 1.0)
+
+    @property
+    def full_cost(self) -> int:
+        """What simulating the full kernel costs, in `sim_cost`'s node executions."""
+        return self.events + CTA_EVENTS * self.ctas
 
 
 @dataclass
@@ -177,6 +183,12 @@ def _windows(d: Dim) -> list[tuple[int, int]]:
 
 
 SAMPLE_BUDGET = 1.0  # the samples of one dimension sum to at most this share of its full size
+
+
+def _affordable(xs: tuple[int, ...], used: set[int], full: int) -> bool:
+    """Whether a window's samples may run: the first window (nothing `used` yet) is a truncation worth making
+    (`WORTH`); a later one, with the samples run so far, stays within the full dimension (`SAMPLE_BUDGET`)."""
+    return sum(used | set(xs)) <= (SAMPLE_BUDGET if used else WORTH) * full
 
 _PROCESSES = [1]  # processes the samples of one phase of an extrapolation run on (`parallel_samples`)
 
@@ -385,7 +397,7 @@ class Extrapolator:
             if d.order == 2:
                 xs = tuple(a * j for j in range(1, QUAD_SAMPLES + 1))
                 break
-            if a + (a + st) + (a + 2 * st) <= WORTH * d.full:
+            if _affordable((a, a + st, a + 2 * st), set(), d.full):
                 xs = (a, a + st, a + 2 * st)
                 break
         return [leaf for x in xs for leaf in self._first_leaves(rest, {**sizes, d.name: x})]
@@ -408,10 +420,7 @@ class Extrapolator:
         dims = {d.name: d for d in self.family.dims}
 
         def cost(leaf: dict[str, int]) -> float:
-            c = 1.0
-            for name, x in leaf.items():
-                c *= float(x) ** dims[name].order if name in dims else 1.0
-            return c
+            return math.prod(dims[name].cost((x,)) for name, x in leaf.items())
 
         def work(leaf: dict[str, int]) -> Any:
             return run(self.family.build(leaf), self.family.l2_share(leaf))
@@ -442,9 +451,8 @@ class Extrapolator:
         used: set[int] = set()
         for a, st in _windows(d):
             xs = (a, a + st, a + 2 * st)
-            if sum(used | set(xs)) > (SAMPLE_BUDGET if used else WORTH) * d.full:
-                continue  # the first window: a truncation worth making; the others: with the samples run so far,
-                # at most the full dimension
+            if not _affordable(xs, used, d.full):
+                continue
             used |= set(xs)
             (v1, _), (v2, _), (v3, r3) = (self._measure(run, rest, {**sizes, d.name: x}) for x in xs)
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
@@ -947,7 +955,7 @@ def simulate_kernel(kernel: KernelGraph | Family, hw: Any, *, exact: bool = Fals
     fam = kernel if isinstance(kernel, Family) else None
     if fam is None and not exact and sim_cost(kernel) > exact_events:  # type: ignore[arg-type]
         fam = family_of(kernel, hw)  # type: ignore[arg-type]
-    if fam is not None and (exact or fam.events + CTA_EVENTS * fam.ctas <= exact_events or not fam.dims):
+    if fam is not None and (exact or fam.full_cost <= exact_events or not fam.dims):
         fam_kg = kernel if isinstance(kernel, KernelGraph) else fam.build({})
         fam, kernel = None, fam_kg
     if fam is None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from torchsim.graph.kinds import DType
-from torchsim.lowering.kernel_call import KernelCall, KernelKind
+from torchsim.lowering.kernel_call import KernelCall, KernelKind, even_split
 
 # model_types whose serving-preset prefill GEMMs are Llama's for the same shape fields: torchsim's own (llama,
 # mistral: models.llama.LlamaConfig.from_dict) and HF families built by transformers whose extra parts (q/k norms,
@@ -40,8 +40,8 @@ def shapes_of(model: Any) -> dict[str, Any] | None:
 
     if isinstance(model, str) and model.lower() in LLAMA_MODELS:
         return dict(LLAMA_MODELS[model.lower()])
-    if isinstance(model, str) and model.lower() in MIXTRAL_MODELS:  # models.mixtral.MixtralConfig's defaults
-        return {"num_local_experts": 8, "num_experts_per_tok": 2, **MIXTRAL_MODELS[model.lower()]}
+    if isinstance(model, str) and model.lower() in MIXTRAL_MODELS:
+        return _mixtral(MIXTRAL_MODELS[model.lower()])
     if not isinstance(model, (str, Path)) or not str(model).endswith(".json"):
         return None
     try:
@@ -54,9 +54,14 @@ def shapes_of(model: Any) -> dict[str, Any] | None:
     keys = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
     if not all(isinstance(data.get(k), int) for k in keys):
         return None
-    if data["model_type"] == "mixtral":  # MixtralConfig's defaults where the file leaves them out
-        return {"num_local_experts": 8, "num_experts_per_tok": 2, **data}
-    return data
+    return _mixtral(data) if data["model_type"] == "mixtral" else data
+
+
+def _mixtral(fields: dict[str, Any]) -> dict[str, Any]:
+    """A Mixtral config's fields with MixtralConfig's expert defaults where they are left out."""
+    from torchsim.models.presets import MIXTRAL_EXPERTS, MIXTRAL_TOP_K
+
+    return {"num_local_experts": MIXTRAL_EXPERTS, "num_experts_per_tok": MIXTRAL_TOP_K, **fields}
 
 
 def prefill_calls(model: Any, prof: Any, *, batch: int, prompt_len: int, dtype: str, preset: str, tp: int, ep: int,
@@ -90,11 +95,10 @@ def prefill_calls(model: Any, prof: Any, *, batch: int, prompt_len: int, dtype: 
              gemm(model_dt, batch, int(d["vocab_size"]), h)]
     if not experts:
         calls += [gemm(gemm_dt, m, 2 * inter, h), gemm(gemm_dt, m, h, inter)]
-    else:  # the router, and each expert's rows: tokens x top_k split evenly (lowering.lowerings.tokens_per_expert)
+    else:  # the router, and each expert's rows: tokens x top_k split evenly, as the lowering splits them
         calls.append(gemm(model_dt, m, experts, h))
         if routing is None:
-            base, extra = divmod(m * int(d["num_experts_per_tok"]), experts)
-            tpe = tuple(base + (1 if e < extra else 0) for e in range(experts))
+            tpe = even_split(m * int(d["num_experts_per_tok"]), experts)
             calls += [KernelCall.make(KernelKind.GROUPED_GEMM, model_dt, epilogue="none", k=h, n=2 * inter,
                                       tokens_per_expert=tpe),
                       KernelCall.make(KernelKind.GROUPED_GEMM, model_dt, epilogue="none", k=inter, n=h,

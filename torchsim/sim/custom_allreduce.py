@@ -19,7 +19,12 @@ all-reduce here (vLLM disables it beyond two PCIe GPUs). Messages above `MAX_BYT
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 from torchsim.hwmodels.quantity import Quantity, assumed, calibrated, doc
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "validation" / "custom_allreduce_published.csv"
 
 CALIBRATION = ("scripts/calibrate_custom_allreduce.py: least squares through vllm-project/vllm PR #24111's H100 "
                "rows (torchsim/validation/custom_allreduce_published.csv CAR-001..036, 4 and 6 GPUs, 0.5-4 MiB)")
@@ -60,3 +65,10 @@ def custom_allreduce_time(stage: str, system: object, ranks: int, nbytes: int) -
 
 __all__ = ["CTAS", "EFFICIENCY", "LATENCY_S", "MAX_BYTES", "STAGES", "available", "custom_allreduce_time",
            "traffic_bytes"]
+
+
+def published_rows() -> list[dict[str, str]]:
+    """The rows the stages are calibrated and checked on (`PUBLISHED`): vLLM's device-communicator benchmark on
+    H100, custom all-reduce and pynccl, one dict per row."""
+    with PUBLISHED.open() as f:
+        return list(csv.DictReader(f))
