@@ -211,8 +211,8 @@ def test_kernel_call_builds_the_architectures_variant() -> None:
     ({"heads_q": 32, "heads_kv": 5}, "h100-sxm", None, ["heads_q=32", "heads_kv=5", "valid heads_kv: 1, 2, 4, 8"]),
     ({"seq_q": -4}, "h100-sxm", None, ["seq_q", "positive"]),
     ({"seq_kv": 0}, "h100-sxm", None, ["seq_kv", "positive"]),
-    ({"head_dim": 96}, "h100-sxm", None, ["head_dim=96", "valid head dims: 64, 128, 192, 256"]),
-    ({"head_dim": 256}, "b200", None, ["head_dim=256", "fa4", "valid head dims: 64, 128", "or (192, 128) as (head_dim, "
+    ({"head_dim": 80}, "h100-sxm", None, ["head_dim=80", "valid head dims: 64, 96, 128, 192, 256"]),
+    ({"head_dim": 256}, "b200", None, ["head_dim=256", "fa4", "valid head dims: 64, 96, 128", "or (192, 128) as (head_dim, "
                                                                                           "head_dim_v)", "fa2, fa3"]),
     ({"head_dim": 192}, "b200", None, ["head_dim=192", "fa4", "(192, 128)", "fa2, fa3"]),
     ({}, "a100-sxm", AttnVariant.FA3, ["fa3", "TMA", "a100-sxm", "valid variants on a100-sxm: fa2"]),
@@ -394,3 +394,28 @@ def test_mla_prefill_head_dims_run_on_every_gpu_variant() -> None:
     assert padded.attrs["v_padded_from"] == 128 and "head_dim_v" not in padded.attrs
     assert padded.flops == full.flops and simulate(padded, a100).cycles == simulate(full, a100).cycles
     assert simulate(fa3, h100).cycles < simulate(attention(AttnShape(**mla, head_dim_v=192), h100), h100).cycles
+
+
+@pytest.mark.parametrize("hw_name", ["a100-sxm", "h100-sxm", "b200"])
+def test_head_dim_96_costs_between_64_and_128(hw_name: str) -> None:
+    """Head dim 96 (Phi-3/3.5-mini) runs each GPU's default variant; over a few waves of CTAs its time lies between
+    the 64- and 128-wide heads' (more work per key than 64, less than 128; with fewer CTAs than SMs FA3's
+    192-row tiles of head dim 96 can take longer than the 128-row tiles of head dim 128, as on the real part)."""
+    hw = get_profile(hw_name)
+    times = {}
+    for d in (64, 96, 128):
+        kg = attention(AttnShape(batch=1, heads_q=32, heads_kv=32, seq_q=2048, seq_kv=2048, head_dim=d), hw)
+        times[d] = simulate(kg, hw).cycles
+    assert times[64] < times[96] < times[128]
+
+
+def test_fa3_head_dim_96_tiles_follow_flash_attention() -> None:
+    """hopper/tile_size.h for head dim <= 96: 192 x 144 tiles, causal or not; 128 keys under a sliding window
+    and in fp8."""
+    hw = get_profile("h100-sxm")
+    base = dict(batch=1, heads_q=8, heads_kv=8, seq_q=4096, seq_kv=4096, head_dim=96)
+    cfg = {name: default_config(AttnShape(**base, **extra), hw) for name, extra in (
+        ("full", {}), ("causal", {"causal": True}), ("window", {"causal": True, "window": 1024}),
+        ("fp8", {"dtype": DType.FP8_E4M3}))}
+    assert {k: (c.bm, c.bn) for k, c in cfg.items()} == {
+        "full": (192, 144), "causal": (192, 144), "window": (192, 128), "fp8": (192, 128)}

@@ -365,3 +365,16 @@ def test_families_run_on_a_wormhole_without_roofline_kernels(name: str) -> None:
     assert p.stats["fallback_kernels"] == 0, [k.name for k in p.kernels if k.fallback][:5]
     ops = {dict(k.params).get("op") for k in p.kernels if k.kind == "elementwise"}
     assert ({"div", "tanh"} if name.startswith("gemma") else {"cat"}) <= ops
+
+
+def test_phi3_head_dim_96_attention_is_simulated_on_every_gpu() -> None:
+    """Phi-3/3.5-mini's heads are 96 wide, a head dim FlashAttention-2 (run_mha_fwd_hdim96), -3 (hopper/
+    tile_size.h `headdim <= 96`) and -4 (its 8..128 range) all instantiate: prefill and decode attention run
+    their templates (before, both fell back to a roofline estimate on every GPU)."""
+    import torchsim
+
+    for hw in ("a100-sxm", "h100-sxm", "b200"):
+        p = torchsim.predict(str(CONFIGS / "phi-3-mini-4k.json"), hw, prompt_len=256, decode_steps=1, cache=False)
+        attn = [k for k in p.kernels if k.kind in ("attention_prefill", "attention_decode")]
+        assert attn and all(dict(k.params)["head_dim"] == 96 for k in attn)
+        assert p.stats["fallback_kernels"] == 0, (hw, [k.name for k in p.kernels if k.fallback][:5])

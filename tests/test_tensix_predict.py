@@ -222,3 +222,40 @@ def test_moe_routing_and_reductions_have_tensix_templates() -> None:
         cycles(KernelKind.ROUTER_TOPK, tokens=32, experts=8, top_k=2) > 0
     assert cycles(KernelKind.REDUCE, numel_in=8 << 20, numel_out=1 << 20) > \
         cycles(KernelKind.REDUCE, numel_in=2 << 20, numel_out=1 << 20) > 0
+
+
+def test_a_prefill_longer_than_one_pass_loops_the_program_config_over_row_blocks() -> None:
+    """tt_transformers sizes a prefill matmul's program config for one pass of rows (QKV 2048, WO 1024, the MLP the
+    chip's prefill_len_cutoff: 1024 on Wormhole, 512 on Blackhole) and runs a longer prompt over its row blocks,
+    reading the weights again in each: a 2048-row down projection on an n150 is two 1024-row passes."""
+    from torchsim.lowering.templates.tensix.model_config import Role, pass_rows, prefill_blocking, prefill_len_cutoff
+    from torchsim.lowering.templates.tensix.registry import build_tensix_kernel
+
+    wh, bh = prefill_len_cutoff(N150), prefill_len_cutoff(P150)
+    assert [pass_rows(r, wh) for r in (Role.WQKV, Role.WO, Role.FF1_FF3, Role.FF2)] == [2048, 1024, 1024, 1024]
+    assert pass_rows(Role.FF2, bh) == 512
+
+    def down(rows: int):  # type: ignore[no-untyped-def]
+        cfg = prefill_blocking(Role.FF2, rows, 14336, 4096, wh)
+        call = KernelCall.make(KernelKind.GEMM, m=rows, n=4096, k=14336, name="layers.0.mlp.down_proj", grid="8x8",
+                               in1_dtype="bfp8_b", fidelity="HiFi2", **cfg)
+        return build_tensix_kernel(call, N150)
+
+    one, two = down(1024), down(2048)
+    assert (one.attrs["row_passes"], two.attrs["row_passes"]) == (1, 2)
+    assert two.attrs["config"] == one.attrs["config"]  # one program config, per_core_M for 1024 rows
+    assert two.flops == pytest.approx(2 * one.flops)
+    assert two.dram_bytes == pytest.approx(2 * one.dram_bytes)  # twice the rows, the weights read twice
+    ratio = simulate(two, N150).cycles / simulate(one, N150).cycles
+    assert 1.9 < ratio < 2.1
+
+
+def test_long_prefill_on_a_wormhole_simulates_every_matmul() -> None:
+    """A 2040-token prefill (more rows than one pass of the QKV, WO and MLP configs): every kernel runs a Tensix
+    template (before, the five matmuls of each layer fell back to a roofline estimate: their program configs were
+    sized for 512 rows and needed 16 rows of cores)."""
+    p = api.predict("llama-small", "wormhole-n150", prompt_len=2040, decode_steps=1, decode_samples=1, cache=False)
+    assert p.stats["fallback_kernels"] == 0, [k.name for k in p.kernels if k.fallback][:5]
+    passes = {k.name.rsplit(".", 1)[-1]: dict(k.params).get("block_rows") for k in p.kernels
+              if k.kind == "gemm" and k.layer == 0 and k.phase == "prefill"}
+    assert passes == {"q_proj+k_proj+v_proj": None, "o_proj": 1024, "w1": 1024, "w3": 1024, "down_proj": 1024}

@@ -68,8 +68,11 @@ VARIANT_NEEDS = {AttnVariant.FA2: "cp.async and mma.sync (sm80+)", AttnVariant.F
 # FA4 keeps S (2 x 128 columns) and O (2 x head_dim columns) of two Q tiles in TMEM's 512 columns. Head dim 192
 # (DeepSeek's MLA prefill: 128 no-RoPE + 64 RoPE dims of Q/K, V of 128) is instantiated by FA2
 # (flash_fwd_launch_template.h run_mha_fwd_hdim192) and FA3 (hopper/tile_size.h, V of 128 or 192); FA4 takes it
-# only with a V of 128 (flash_attn/cute/interface.py _validate_head_dims: "(192, 128) for DeepSeek").
-HEAD_DIMS = {AttnVariant.FA2: (64, 128, 192, 256), AttnVariant.FA3: (64, 128, 192, 256), AttnVariant.FA4: (64, 128),
+# only with a V of 128 (flash_attn/cute/interface.py _validate_head_dims: "(192, 128) for DeepSeek"). Head dim 96
+# (Phi-3/3.5-mini) is instantiated by FA2 (run_mha_fwd_hdim96), FA3 (hopper/tile_size.h `headdim <= 96`) and FA4
+# (its standard range, 8 to 128 in steps of the alignment).
+HEAD_DIMS = {AttnVariant.FA2: (64, 96, 128, 192, 256), AttnVariant.FA3: (64, 96, 128, 192, 256),
+             AttnVariant.FA4: (64, 96, 128),
              AttnVariant.TRITON: (64, 128, 256)}
 HEAD_DIM_PAIRS = {AttnVariant.FA4: ((192, 128),)}  # (head_dim, head_dim_v) a variant takes beyond HEAD_DIMS
 DEFAULT_VARIANT = {Arch.SM80: AttnVariant.FA2, Arch.SM90: AttnVariant.FA3, Arch.SM100: AttnVariant.FA4}
@@ -265,6 +268,8 @@ def default_config(shape: AttnShape, hw: GpuProfile, variant: AttnVariant | None
     if v is AttnVariant.FA3:  # hopper/tile_size.h: (kBlockM, kBlockN) per head dim, dtype and masking
         if d <= 64:
             bm, bn = 192, (128 if causal else (160 if fp8 else 192))
+        elif d <= 96:  # 192 x 144 whether causal or not; a sliding window (is_local) and fp8 take 128 keys
+            bm, bn = 192, (128 if fp8 or shape.binding_window else 144)
         elif d <= 128:
             bm, bn = 128, (128 if causal else (224 if fp8 else 176))
         elif d <= 192:  # 128 x 112 fills shared memory with a V of 192; a V of 128 leaves room for 128 keys

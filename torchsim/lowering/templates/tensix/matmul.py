@@ -211,7 +211,7 @@ def explicit_config(mt: int, nt: int, kt: int, grid: tuple[int, int], blocking: 
 def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType | None = None,
            out: DType | None = None, fidelity: MathFidelity | str | None = None, grid: object = None,
            name: str = "matmul", prefix: str = "", blocking: tuple[int, int, int, int] | None = None,
-           config: MatmulConfig | None = None, packer_l1_acc: bool = True) -> KernelGraph:
+           config: MatmulConfig | None = None, packer_l1_acc: bool = True, block_rows: int = 0) -> KernelGraph:
     """Multi-core matmul (M x K) @ (K x N) on `hw`.
 
     The program config is ttnn's own selection (`choose_config`), a model's (per_core_M, per_core_N,
@@ -220,6 +220,10 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     test_benchmark.py sets packer_l1_acc=True): the packer accumulates each K block's partial sums into L1 (a
     read-modify-write per 16 B, packer_l1_acc_cycles) instead of spilling them and unpacking them back into Dst
     before the next block (which costs the unpacker a bf16 tile per output tile per block).
+    `block_rows` (> 0, less than M): the program config is for that many rows and runs over M's row blocks in
+    turn, as ttnn's matmul loops over a batched in0 ([1, M / block_rows, block_rows, K], tt_transformers' long
+    prefill): every pass reads in1 again (its reader walks the weights once per batch); a partial last block is
+    padded to a whole one.
 
     Example:
         >>> from torchsim.hwmodels.tensix.profiles import wormhole_n150
@@ -233,7 +237,11 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
         check_format(dt, f"matmul {name!r} {what}")
     fid = MathFidelity.parse(fidelity) if fidelity else default_fidelity(in1 if in1 != DType.BF16 else in0)
     g = parse_grid(grid, hw)
-    mt, nt, kt = tiles(m), tiles(n), tiles(k)
+    if block_rows < 0:
+        raise ValueError(f"matmul {name!r}: block_rows must be >= 0 (0: one pass over all {m} rows), got {block_rows}")
+    passes = -(-m // block_rows) if 0 < block_rows < m else 1
+    m_pass = block_rows if passes > 1 else m
+    mt, nt, kt = tiles(m_pass), tiles(n), tiles(k)
     if config is not None:
         if config.grid[0] > g[0] or config.grid[1] > g[1]:
             raise ValueError(f"matmul {name!r}: program config needs {config.grid[0]}x{config.grid[1]} cores, "
@@ -267,9 +275,13 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
         m_of, n_of = {}, {"cx": nbw, "cy": gx * nbw}
     else:  # 1D tall: M split over the cores, all of N on every core
         m_of, n_of = {"cx": nbh, "cy": gx * nbh}, {}
-    for step in range(nbh * nbw * nblocks):
-        ob, blk = divmod(step, nblocks)
+    pass_blocks = -(-mt // cfg.block_h)  # out-block rows of one pass (row-block offset of the next pass)
+    for step in range(passes * nbh * nbw * nblocks):
+        ps, rest = divmod(step, nbh * nbw * nblocks)
+        ob, blk = divmod(rest, nblocks)
         oh, ow = divmod(ob, nbw)  # out blocks row by row, as tt-metal's readers walk them
+        oh += ps * pass_blocks
+        ob += ps * nbh * nbw
         row_of, col_of = aff(oh, **m_of), aff(ow, **n_of)
         t0 = TileDesc(Space.GLOBAL, in0, (pm * 32, bw * 32), a_name, (row_of, aff(blk)))
         t1 = TileDesc(Space.GLOBAL, in1, (bw * 32, pn * 32), b_name, (aff(blk), col_of))
@@ -342,11 +354,12 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     params = np.array(coords, dtype=np.int64).reshape(-1, 2)
     smem = sum(cb.nbytes for cb in cbs)
     cls = CtaClass(graph, params, ("cx", "cy"), threads=5, regs_per_thread=1, smem_bytes=smem)
-    dram = m * k * in0.nbytes + k * n * in1.nbytes + m * n * out.nbytes
+    rows = passes * m_pass
+    dram = rows * k * in0.nbytes + passes * k * n * in1.nbytes + rows * n * out.nbytes
     template = "tensix_matmul_2d_mcast" if cfg.mcast_in1 == "col" else "tensix_matmul_1d_mcast"
     return KernelGraph(name, (cls,), flops=2.0 * m * n * k, dram_bytes=dram,
                        attrs={"grid": cfg.grid, "fidelity": fid.label, "packer_l1_acc": packer_l1_acc,
-                              "template": template,
+                              "template": template, "row_passes": passes,
                               "config": {"per_core_m": cfg.per_core_m, "per_core_n": cfg.per_core_n,
                                          "in0_block_w": bw, "out_block": [pm, pn], "passes": cfg.passes,
                                          "subblock": [cfg.sub_h, cfg.sub_w], "rule": cfg.rule},

@@ -100,20 +100,45 @@ def precision(mode: WeightMode, role: Role) -> Precision:
     return MODES[mode][role]
 
 
-def prefill_blocking(role: Role, rows: int, k: int, n: int) -> dict[str, int]:
+# Rows one program pass of a prefill matmul covers (tenstorrent/tt-metal models/tt_transformers/tt/model_config.py):
+# the QKV projection up to MAX_QKV_MM_SEQ_LEN = 2048 rows at once (XQKV_PREFILL_PROGCFG: per_core_M 8 from 2048
+# rows on, fuse_batch while seq_len <= 2048), the output projection 1024 (WO_PREFILL_PROGCFG: m = min(seq_len,
+# 1024)), the MLP prefill_len_cutoff (PREFILL_MLP_W1_W3 / W2_PRG_CONFIG: m = min(seq_len, prefill_len_cutoff),
+# "512 if Blackhole, 1024 if Wormhole"). A longer prompt is reshaped to [1, seq_len // rows, rows, dim] (mlp.py,
+# attention.py) and the matmul runs its one program config over the row blocks in turn.
+MAX_QKV_MM_SEQ_LEN = 2048
+WO_PREFILL_ROWS = 1024
+PREFILL_LEN_CUTOFF = {"wormhole_b0": 1024, "blackhole": 512}
+
+
+def prefill_len_cutoff(hw: Any) -> int:
+    """tt_transformers' prefill_len_cutoff for `hw`'s chip (512 on Blackhole, 1024 on Wormhole)."""
+    return PREFILL_LEN_CUTOFF.get(str(getattr(getattr(hw, "chip", None), "value", "")), 1024)
+
+
+def pass_rows(role: Role, cutoff: int) -> int:
+    """Rows of one program pass of a prefill matmul of `role` (`cutoff`: the MLP's prefill_len_cutoff)."""
+    if role is Role.WQKV:
+        return MAX_QKV_MM_SEQ_LEN
+    return WO_PREFILL_ROWS if role is Role.WO else cutoff
+
+
+def prefill_blocking(role: Role, rows: int, k: int, n: int, cutoff: int = 1024) -> dict[str, int]:
     """tt_transformers' prefill program configs on the 8x8 grid: XQKV_PREFILL_PROGCFG (in0_block_w 1, 1x1
     subblocks, per_core_N = N tiles / 8) and matmul_config for WO / MLP (per_core_M = M tiles / 8 rows,
     per_core_N = N tiles / 8, out_subblock_w = largest <= 4 dividing it, in0_block_w = largest divisor <= 8 of
     K tiles / 8 that also divides K tiles, as ttnn's matmul requires: a tensor-parallel shard of 50 K tiles takes
-    2, not 6); M is capped at prefill_len_cutoff rows per matmul (512 for Llama-3.1-8B on N150), longer
-    prompts run it in several row blocks."""
-    mt, kt, nt = -(-min(rows, 512) // 32), -(-k // 32), -(-n // 32)
+    2, not 6). M is one program pass's rows (`pass_rows`); a prompt longer than that runs the config over
+    `block_rows`-row blocks in turn (a partial last block padded, as tt_transformers pads the prompt)."""
+    block = pass_rows(role, cutoff)
+    mt, kt, nt = -(-min(rows, block) // 32), -(-k // 32), -(-n // 32)
     pm, pn = -(-mt // 8), -(-nt // 8)
+    passes = {"block_rows": block} if rows > block else {}
     if role is Role.WQKV:
-        return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": 1, "subblock_w": 1}
+        return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": 1, "subblock_w": 1} | passes
     sw = max(w for w in range(1, 5) if pn % w == 0)
     bw = max(d for d in range(1, 9) if max(1, kt // 8) % d == 0 and kt % d == 0)
-    return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": bw, "subblock_w": sw}
+    return {"per_core_m": pm, "per_core_n": pn, "in0_block_w": bw, "subblock_w": sw} | passes
 
 
 def storage_cores(role: Role, kt: int, nt: int) -> int:
@@ -133,8 +158,9 @@ def with_params(call: KernelCall, **params: Any) -> KernelCall:
     return call.with_params(**params)
 
 
-def configure(call: KernelCall, mode: WeightMode, phase: str) -> KernelCall:
-    """Tensix params of one call: weight format, fidelity and matmul program of its role; KV format for attention."""
+def configure(call: KernelCall, mode: WeightMode, phase: str, cutoff: int = 1024) -> KernelCall:
+    """Tensix params of one call: weight format, fidelity and matmul program of its role; KV format for attention.
+    `cutoff`: the chip's prefill_len_cutoff (`prefill_len_cutoff`)."""
     if call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
         role = role_of(call.name)
         if role is None:
@@ -149,7 +175,8 @@ def configure(call: KernelCall, mode: WeightMode, phase: str) -> KernelCall:
             kt, nt = -(-int(call.p("k")) // 32), -(-int(call.p("n")) // 32)
             extra |= {"program": "dram_sharded", "fp32_acc": p.fp32_acc, "storage_cores": storage_cores(role, kt, nt)}
         elif phase == "prefill" and call.kind is KernelKind.GEMM:
-            extra |= {"grid": PREFILL_GRID} | prefill_blocking(role, rows, int(call.p("k")), int(call.p("n")))
+            extra |= {"grid": PREFILL_GRID} | prefill_blocking(role, rows, int(call.p("k")), int(call.p("n")),
+                                                                cutoff)
         elif phase == "prefill":
             extra["grid"] = PREFILL_GRID
         return with_params(call, **extra)
@@ -183,7 +210,8 @@ def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None) -> KernelP
                              "(use dtype='fp8' for FP8 weights on GPUs)")
         return plan
     mode = WeightMode.parse(weights)
-    calls = tuple(configure(c, mode, plan.phase) for op in plan.calls
+    cutoff = prefill_len_cutoff(hw)
+    calls = tuple(configure(c, mode, plan.phase, cutoff) for op in plan.calls
                   for c in tt_ops(op, plan.phase, lambda kt: lm_head_split_cols(hw, kt)))
     return replace(plan, calls=calls)
 

@@ -4,7 +4,7 @@ Call parameters beyond the kind's own: `grid` ("8x8"), `fidelity` ("LoFi".."HiFi
 format, e.g. DType.BFP8_B or "bfp8_b"), `out_dtype`, `kv_dtype` (attention), `program` ("dram_sharded":
 tt-metal's decode matmul, weights sharded over the DRAM banks; default "mcast"), `fp32_acc`, `storage_cores`;
 a program config `per_core_m`, `per_core_n`, `in0_block_w`, `subblock_w` (all four) replaces the template's own
-choice.
+choice; `block_rows` runs it over row blocks of that many rows in turn (a prefill longer than one pass).
 Kinds without a Tensix template raise NotImplementedError (the prediction API falls back to a roofline estimate
 and flags the row).
 """
@@ -49,7 +49,7 @@ def _gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
                   config=MatmulConfig(**dict(pc)) if pc else None,
                   in1=_dtype(call.p("in1_dtype", ""), call.dtype), out=_dtype(call.p("out_dtype", ""), call.dtype),
                   fidelity=call.p("fidelity", "") or None, grid=call.p("grid", "") or None,
-                  name=call.name or "gemm")
+                  name=call.name or "gemm", block_rows=int(call.p("block_rows", 0) or 0))
 
 
 def _t(n: int) -> int:
