@@ -212,8 +212,8 @@ def test_kernel_call_builds_the_architectures_variant() -> None:
     ({"seq_q": -4}, "h100-sxm", None, ["seq_q", "positive"]),
     ({"seq_kv": 0}, "h100-sxm", None, ["seq_kv", "positive"]),
     ({"head_dim": 80}, "h100-sxm", None, ["head_dim=80", "valid head dims: 64, 96, 128, 192, 256"]),
-    ({"head_dim": 256}, "b200", None, ["head_dim=256", "fa4", "valid head dims: 64, 96, 128", "or (192, 128) as (head_dim, "
-                                                                                          "head_dim_v)", "fa2, fa3"]),
+    ({"head_dim": 256}, "b200", None, ["head_dim=256", "fa4", "valid head dims: 64, 96, 128",
+                                       "or (192, 128) as (head_dim, head_dim_v)", "fa2, fa3"]),
     ({"head_dim": 192}, "b200", None, ["head_dim=192", "fa4", "(192, 128)", "fa2, fa3"]),
     ({}, "a100-sxm", AttnVariant.FA3, ["fa3", "TMA", "a100-sxm", "valid variants on a100-sxm: fa2"]),
     ({}, "h100-sxm", AttnVariant.FA4, ["fa4", "TMEM", "valid variants on h100-sxm: fa2, fa3"]),
