@@ -35,7 +35,7 @@ PHI3 = Path(__file__).parent / "data" / "hf_configs" / "phi-3-mini-4k.json"
     ([*GEMM, "--tile", "128x128x1"], ["BK=1", "multiple of 16", "bf16"]),
     ([*GEMM, "--tile", "128x128x3"], ["BK=3", "multiple of 16"]),
     ([*GEMM, "--dtype", "fp8", "--tile", "128x128x16"], ["BK=16", "multiple of 32"]),
-    ([*ATTN, "--head-dim-v", "7"], ["head_dim_v=7", "64, 128, 192, 256"]),
+    ([*ATTN, "--head-dim-v", "7"], ["head_dim_v=7", "64, 96, 128, 192, 256"]),
     ([*GROUPED, "--tokens-per-expert", "5,5", "--seed", "3"], ["--seed", "zipf, dirichlet", "--tokens-per-expert"]),
     ([*GROUPED, "--routing", "balanced", "--tokens", "64", "--seed", "3"], ["--seed", "balanced is computed"]),
     ([*GROUPED, "--routing", "skewed:0.7", "--tokens", "64", "--seed", "3"], ["--seed", "skewed is computed"]),

@@ -156,7 +156,8 @@ def formats_for(hw: Any) -> tuple[str, ...]:
 
 def _missing(fmt: QuantFormat, hw: Any) -> str | None:
     if not hasattr(hw, "tensor_formats"):  # Tensix: tt_transformers' own formats
-        return "a GPU profile (Tenstorrent profiles take --weights performance|accuracy: bfp8_b/bfp4_b)"
+        return ("a GPU profile (Tenstorrent profiles take --weights performance|accuracy: bfp8_b/bfp4_b, and an "
+                "mxfp4 checkpoint's experts as bfp4_b)")
     need = fmt.needs()
     if need is not None and not hw.supports(need):
         what = {DType.INT8: "int8", DType.FP8_E4M3: "FP8", DType.FP4_E2M1: "FP4 (block-scaled, sm100)"}[need]

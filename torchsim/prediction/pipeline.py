@@ -366,7 +366,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
 
     precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
-    fmt, keep = _resolve_quant(quant, cfg, prof)
+    fmt, keep, experts = _resolve_quant(quant, cfg, prof)
     if fmt is not None and fmt.name == "fp8":  # per-tensor FP8: the FP8 checkpoint's plan
         precision = WeightPrecision.FP8
     ctx_len = _context(cfg)
@@ -400,7 +400,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             elif tp > 1:
                 plan = shard_plan(plan, tp, system)
                 plan = sequence_parallel(plan, tp, system) if sp else plan
-            plan = adapt_plan(plan, prof, weights)  # Tensix: tt_transformers' ops, formats, fidelities
+            plan = adapt_plan(plan, prof, weights, experts)  # Tensix: tt_transformers' ops, formats, fidelities
             plans.append(_tuned(plan) if tune else plan)
             budget.add(plans[-1].calls)  # before this step's kernels are simulated (an error stops the workers)
             if len(plans) == 1 and len(scenarios) > 1:
@@ -412,7 +412,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                 if bg.started or bg.workers > 1:
                     bg.submit(todo)
         t_plan = time.perf_counter()
-        w_bytes = (tensix_weight_bytes(module, prof, weights) or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
+        w_bytes = (tensix_weight_bytes(module, prof, weights, experts)
+                   or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
         if dp > 1:  # every rank holds the whole model but only 1/ep of the experts
             experts = _expert_bytes(plans[-1])  # this rank's
             w_bytes -= experts * (dp - 1) / pp
@@ -488,18 +489,27 @@ def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:
     return facts
 
 
-def _resolve_quant(quant: str | None, cfg: Any, prof: Any) -> tuple[QuantFormat | None, tuple[str, ...]]:
-    """The weight format (given, else the config's quantization_config) and the module patterns it leaves in the
-    model's dtype; a format `prof` cannot run raises naming what it has."""
+def _resolve_quant(quant: str | None, cfg: Any, prof: Any) -> tuple[QuantFormat | None, tuple[str, ...], Any]:
+    """The weight format (given, else the config's quantization_config), the module patterns it leaves in the
+    model's dtype, and on a Tensix profile the MoE experts' format an MXFP4 checkpoint fixes (tt-metal's gpt-oss demo
+    stores them as bfloat4_b; the GPU format is then None); a format `prof` cannot run raises naming what it has."""
+    from torchsim.lowering.templates.tensix.model_config import MXFP4_EXPERTS, is_tensix
+
     keep: tuple[str, ...] = ()
     if quant is None:
         quant = str(getattr(cfg, "quant", "") or "") or None
         keep = tuple(getattr(cfg, "quant_keep", ()) or ())
     if quant is None or quant.strip().lower() in ("none", ""):
-        return None, ()
+        return None, (), None
     fmt = parse_quant(quant)
+    if fmt.name == "mxfp4" and is_tensix(prof):
+        if not _has_experts(cfg):
+            raise ValueError(f"quantisation 'mxfp4' on {prof.name} stores an MoE model's experts as bfp4_b (tt-metal's "
+                             f"gpt-oss); {getattr(cfg, 'name', 'this model')} has no experts: Tenstorrent profiles "
+                             "take --weights performance|accuracy (bfp8_b/bfp4_b) for dense models")
+        return None, (), MXFP4_EXPERTS
     check_supported(fmt, prof)
-    return fmt, keep
+    return fmt, keep, None
 
 
 def _require_int(name: str, value: Any, *, minimum: int) -> None:
@@ -562,9 +572,14 @@ def _has_experts(cfg: Any) -> bool:
 def _expert_bytes(plan: KernelPlan, idle: bool = False) -> float:
     """Weight bytes of the MoE experts a plan's grouped GEMMs hold (each expert's n x k per GEMM); `idle`: only
     those routed no token, which a decode step does not read, so the HBM floor leaves them out (a batch-1 step of a
-    top-4-of-32 model reads an eighth of its experts)."""
+    top-4-of-32 model reads an eighth of its experts). On Tensix the weights' format is the call's `in1_dtype`."""
+    from torchsim.graph import DType
+
+    def nbytes(c: KernelCall) -> float:
+        return DType.parse(str(c.p("in1_dtype"))).nbytes if c.p("in1_dtype", "") else c.dtype.nbytes
+
     return float(sum(sum(1 for t in c.p("tokens_per_expert") if not (idle and t)) * c.p("n") * c.p("k")
-                     * c.dtype.nbytes for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
+                     * nbytes(c) for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM))
 
 
 def _layers(cfg: Any) -> int:

@@ -359,7 +359,7 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     template = "tensix_matmul_2d_mcast" if cfg.mcast_in1 == "col" else "tensix_matmul_1d_mcast"
     return KernelGraph(name, (cls,), flops=2.0 * m * n * k, dram_bytes=dram,
                        attrs={"grid": cfg.grid, "fidelity": fid.label, "packer_l1_acc": packer_l1_acc,
-                              "template": template, "row_passes": passes,
+                              "template": template, **({"row_passes": passes} if passes > 1 else {}),
                               "config": {"per_core_m": cfg.per_core_m, "per_core_n": cfg.per_core_n,
                                          "in0_block_w": bw, "out_block": [pm, pn], "passes": cfg.passes,
                                          "subblock": [cfg.sub_h, cfg.sub_w], "rule": cfg.rule},

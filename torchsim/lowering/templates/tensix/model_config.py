@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from torchsim.graph.kinds import DType
-from torchsim.hwmodels.tensix.formats import MathFidelity
+from torchsim.hwmodels.tensix.formats import MathFidelity, default_fidelity
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.plan import KernelPlan
 from torchsim.lowering.templates.tensix.tt_ops import tt_ops
@@ -79,9 +79,9 @@ PREFILL_GRID = "8x8"  # find_prefill_grid(8, ...) and SDPAProgramConfig(compute_
 DECODE_ROWS = 32  # tile_padded_batch_rows: decode matmuls run DRAM-sharded for up to 32 users
 
 _NAMES: tuple[tuple[Role, tuple[str, ...]], ...] = (
-    (Role.WQKV, ("q_proj", "k_proj", "v_proj", "qkv", "wq", "wk", "wv")),
+    (Role.WQKV, ("q_proj", "k_proj", "v_proj", "qkv", "qkv_proj", "wq", "wk", "wv")),  # qkv_proj: Phi-3's fused
     (Role.WO, ("o_proj", "wo", "out_proj")),
-    (Role.FF1_FF3, ("gate_proj", "up_proj", "gate_up", "w1", "w3")),
+    (Role.FF1_FF3, ("gate_proj", "up_proj", "gate_up", "gate_up_proj", "w1", "w3")),  # gate_up_proj: Phi-3, experts
     (Role.FF2, ("down_proj", "w2")),
     (Role.LM_HEAD, ("lm_head", "output")),
 )
@@ -158,9 +158,50 @@ def with_params(call: KernelCall, **params: Any) -> KernelCall:
     return call.with_params(**params)
 
 
-def configure(call: KernelCall, mode: WeightMode, phase: str, cutoff: int = 1024) -> KernelCall:
+# A layer's grouped GEMMs in the order every MoE lowering emits them: the experts' gate-up projection (W1 and W3
+# fused), then their down projection (W2).
+EXPERT_ROLES = (Role.FF1_FF3, Role.FF2)
+
+# MXFP4 expert weights as tt-metal's gpt-oss demo stores them on a Tensix chip: bfloat4_b (models/demos/gpt_oss/tt/
+# experts/weights.py load_expert_weights, weight_dtype=ttnn.bfloat4_b); its sparse_matmul passes no compute kernel
+# config, so the math fidelity is the format's default (LoFi for bfp4_b; assumed from ttnn's defaults).
+MXFP4_EXPERTS = DType.BFP4_B
+
+# tt-metal's gpt-oss expert program configs (models/demos/gpt_oss/tt/expert_configs.py GPTOSSProgramConfig @ 0390332,
+# "tuned via moe_sparse_matmul_sweep.py on a single p150"; experts/config.py _build_matmul_config): decode gate-up and
+# down projections as MatmulMultiCoreReuseMultiCast1DProgramConfig (in0 multicast, per_core_M = 1 tile, per_core_N
+# = N tiles / cores, out_block_w = out_subblock_w), keyed by the (K, N) of gpt-oss's experts (hidden 2880,
+# intermediate 2880): (cores x, cores y, in0_block_w, out_subblock_w).
+GPT_OSS_DECODE_EXPERTS = {(2880, 5760): (9, 5, 15, 4), (2880, 2880): (9, 5, 30, 2)}
+
+
+def expert_program_config(call: KernelCall, phase: str) -> dict[str, Any]:
+    """tt-metal's gpt-oss decode program config for a grouped GEMM of its expert shapes, as a `program_config`
+    param (every expert's rows within one tile); {} for other shapes and in prefill (whose experts take ttnn's own
+    selection on the chip's whole grid: the demo's prefill configs use 10x9 of a p150's cores, not modelled)."""
+    from torchsim.lowering.templates.tensix.matmul import MatmulConfig, program_config_param
+
+    key = (int(call.p("k")), int(call.p("n")))
+    counts = [int(c) for c in call.p("tokens_per_expert", ())]
+    if phase != "decode" or key not in GPT_OSS_DECODE_EXPERTS or not counts or max(counts) > 32:
+        return {}
+    gx, gy, bw, sw = GPT_OSS_DECODE_EXPERTS[key]
+    nt = -(-key[1] // 32)
+    pn = -(-nt // (gx * gy))
+    cfg = MatmulConfig((gx, gy), 1, pn, bw, 1, sw, "all", "none", out_block_h=1, out_block_w=sw,
+                       rule="gpt-oss expert sparse_matmul (tt-metal expert_configs.py)")
+    return {"program_config": program_config_param(cfg)}
+
+
+def configure(call: KernelCall, mode: WeightMode, phase: str, cutoff: int = 1024, role: Role | None = None,
+              experts: DType | None = None) -> KernelCall:
     """Tensix params of one call: weight format, fidelity and matmul program of its role; KV format for attention.
-    `cutoff`: the chip's prefill_len_cutoff (`prefill_len_cutoff`)."""
+    `cutoff`: the chip's prefill_len_cutoff (`prefill_len_cutoff`); `role` a grouped GEMM's (EXPERT_ROLES);
+    `experts`: the experts' weight format when a checkpoint fixes it (MXFP4_EXPERTS), instead of the role's."""
+    if call.kind is KernelKind.GROUPED_GEMM and role is not None:
+        p = precision(mode, role) if experts is None else Precision(experts, default_fidelity(experts), False)
+        extra_g: dict[str, Any] = {"in1_dtype": p.weights.name.lower(), "fidelity": p.fidelity.label}
+        return with_params(call, **extra_g, **expert_program_config(call, phase))
     if call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
         role = role_of(call.name)
         if role is None:
@@ -193,8 +234,10 @@ def is_tensix(hw: Any) -> bool:
     return getattr(arch, "name", "") == "TENSIX"
 
 
-def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None) -> KernelPlan:
+def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None, experts: DType | None = None) -> KernelPlan:
     """The plan as tt_transformers runs it on a Tensix `hw` (GPU plans unchanged; `weights` is an error there).
+    A layer's grouped GEMMs (MoE experts on one chip) take the roles EXPERT_ROLES in turn, or `experts` as their
+    weight format (an MXFP4 checkpoint: MXFP4_EXPERTS).
 
     >>> from torchsim.hwmodels.tensix.profiles import wormhole_n150
     >>> from torchsim.lowering.plan import Preset
@@ -211,9 +254,25 @@ def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None) -> KernelP
         return plan
     mode = WeightMode.parse(weights)
     cutoff = prefill_len_cutoff(hw)
-    calls = tuple(configure(c, mode, plan.phase, cutoff) for op in plan.calls
-                  for c in tt_ops(op, plan.phase, lambda kt: lm_head_split_cols(hw, kt)))
+    seen: dict[int | None, int] = {}  # grouped GEMMs of each layer so far
+
+    def role(c: KernelCall) -> Role | None:
+        if c.kind is not KernelKind.GROUPED_GEMM:
+            return None
+        index = seen.get(c.layer, 0)
+        seen[c.layer] = index + 1
+        return EXPERT_ROLES[min(index, len(EXPERT_ROLES) - 1)]
+
+    calls = tuple(configure(c, mode, plan.phase, cutoff, role(c), experts) for op in plan.calls
+                  for c in tt_ops(op, plan.phase, lambda kt: lm_head_split_cols(hw, kt))
+                  if not _token_dispatch(c))
     return replace(plan, calls=calls)
+
+
+def _token_dispatch(c: KernelCall) -> bool:
+    """A GPU MoE layer's token sort (vLLM's moe_align_block_size): tt-metal's expert matmuls read the router's
+    sparsity instead (sparse_matmul; Mixtral's layout runs every token), so no such kernel runs on Tensix."""
+    return c.kind is KernelKind.ELEMENTWISE and c.p("op", "") == "moe_align"
 
 
 def lm_head_cores(kt: int) -> int:
@@ -239,15 +298,19 @@ def lm_head_split_cols(hw: Any, kt: int) -> int:
     return 668 * lm_head_cores(kt)
 
 
-def tensix_weight_bytes(module: Any, hw: Any, weights: str | None = None) -> float | None:
+def tensix_weight_bytes(module: Any, hw: Any, weights: str | None = None, experts: DType | None = None
+                        ) -> float | None:
     """Bytes of the model's weights as tt_transformers stores them (matrices per role; embeddings and norms in
-    bf16); None for GPU profiles."""
+    bf16; `experts`: the format of the MoE experts' matrices when a checkpoint fixes it); None for GPU profiles."""
     if not is_tensix(hw):
         return None
     mode = WeightMode.parse(weights)
     total = 0.0
     for name, p in module.named_parameters():
         role = role_of(name) if p.dim() >= 2 else None
-        per = precision(mode, role).weights.nbytes if role is not None else 2.0
+        if experts is not None and role is not None and ".experts." in f".{name}":
+            per = experts.nbytes
+        else:
+            per = precision(mode, role).weights.nbytes if role is not None else 2.0
         total += p.numel() * per
     return total

@@ -161,11 +161,14 @@ def _reduce(call: KernelCall, hw: TensixProfile) -> KernelGraph:
 
 def _grouped_gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
     """MoE experts: one matmul per expert sized by its routed tokens, launched back to back (one CTA class
-    each); experts without tokens cost nothing."""
+    each); experts without tokens cost nothing (tt-metal's sparse_matmul: the active experts' weights only). A
+    `program_config` param runs every expert's matmul with that config."""
     counts = [int(c) for c in call.p("tokens_per_expert")]
     in1 = _dtype(call.p("in1_dtype", ""), call.dtype)
+    pc = call.p("program_config", ())
     parts = [matmul(c, call.p("n"), call.p("k"), call.dtype, hw, in1=in1, fidelity=call.p("fidelity", "") or None,
-                    grid=call.p("grid", "") or None, name=f"expert{e}", prefix=f"e{e}.")
+                    grid=call.p("grid", "") or None, name=f"expert{e}", prefix=f"e{e}.",
+                    config=MatmulConfig(**dict(pc)) if pc else None)
              for e, c in enumerate(counts) if c > 0]
     if not parts:
         raise ValueError(f"grouped GEMM {call.name!r}: no expert received tokens (tokens_per_expert={counts})")
