@@ -5,7 +5,8 @@ simple_text_demo and the tt-metal README table, rows of ../shared/validation/pub
 tensor-parallel over the two chips of an n300 (TP=2, same file), and Llama-3.1-70B on a T3000 (TP=8) and a
 Blackhole QuietBox (4 x p150, TP=4) from tt-metal's README (torchsim/validation/tenstorrent_published.csv: not in
 the shared file), and Mixtral-8x7B on a T3000 in tt-metal's demo layout (one expert per chip, E2E-043/044 of the
-shared file; torchsim.lowering.templates.tensix.mesh_plan.tt_expert_plan), and gpt-oss-20b on one Blackhole p150
+shared file; torchsim.lowering.templates.tensix.mesh_plan.tt_expert_plan), Qwen2.5-7B over an n300 (E2E-041, its
+public config.json), and gpt-oss-20b on one Blackhole p150
 (tt-metal's gpt_oss DECODE_PERF.md: the token's time and its device kernel time), with MAPE per group. Prints the
 tt-metal configuration modelled.
 
@@ -31,7 +32,8 @@ CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published
 TT_CSV = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "tenstorrent_published.csv"
 MODEL = "llama3.1-8b"
 GPT_OSS = Path(__file__).resolve().parents[1] / "tests" / "data" / "hf_configs" / "gpt-oss-20b.json"  # public config
-SKIPPED = {"E2E-041": "Qwen 2.5 7B TP=2 on an n300: no built-in Qwen config (give its config.json)"}
+SKIPPED: dict[str, str] = {}
+QWEN = GPT_OSS.parent / "qwen2.5-7b.json"  # its public config.json, built by HF transformers (models.hf_family)
 PROMPT = 128  # the demo prompt's length is not stated; the README rows say 128 (assumed for all short rows)
 DECODE = 200  # max_decode_tokens of the simple_text_demo rows
 
@@ -88,6 +90,10 @@ ROWS = (
     # Mixtral-8x7B, tt-metal README (mid 2025), models/demos/t3000/mixtral8x7b: an expert per chip (bfp4 W1/W3,
     # bfp8 W2 and attention: the performance mode's formats), decode under trace as modelled for the rows above
     # (the demo_with_prefill loop dispatches from the host and samples on it: not modelled, see docs/tensix.md)
+    # Qwen2.5-7B over the two chips of an n300 (tt-metal README, release v0.56.0-rc33): tt_transformers' 1D layout
+    # of the HF model (QKV biases), read from its public config.json
+    Row("E2E-041", "wormhole-n300", "tokens_per_s_per_user", "performance", 32, PROMPT, note="TP=2 on n300", tp=2,
+        model=str(QWEN)),
     Row("E2E-043", "wormhole-n300", "tokens_per_s_per_user", "performance", 32, PROMPT, note="t3000, TP=8 (EP)",
         tp=8, model="mixtral-8x7b"),
     Row("E2E-044", "wormhole-n300", "ttft_ms", "performance", 1, PROMPT, note="t3000, TP=8 (EP), one-user prefill",
