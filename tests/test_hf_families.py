@@ -2,7 +2,9 @@
 tests/data/hf_configs, no weights): the captured GEMM FLOPs of a prefill step and the weight bytes match an
 analytic count from the config within 1%, and what capture cannot take from the model is named. The public
 configs of the families torchsim defines itself (tests/data/model_configs: Llama 3.2 with tied embeddings,
-Llama 3.3, Mistral) meet the same count."""
+Llama 3.3, Mistral) meet the same count. phi-3.5-moe.json is Phi-3.5-MoE-instruct's config.json with its longrope
+`rope_scaling` (two arrays of 64 factors, not available offline) set to null: RoPE scaling sets the rotation
+frequencies, not the work."""
 
 from __future__ import annotations
 
@@ -39,10 +41,14 @@ def _count(c: dict[str, Any]) -> tuple[int, int]:
     extra = {"qwen2": nq * hd + 2 * nkv * hd,  # q/k/v biases
              "qwen3": 2 * hd, "qwen3_moe": 2 * hd, "gemma3_text": 2 * hd,  # q/k RMSNorm per head
              "olmo2": nq * hd + nkv * hd,  # q/k RMSNorm over all heads
-             "gpt_oss": nq * hd + 2 * nkv * hd + h + nq}.get(mt, 0)  # q/k/v/o biases, one sink per head
+             "gpt_oss": nq * hd + 2 * nkv * hd + h + nq,  # q/k/v/o biases, one sink per head
+             "phimoe": nq * hd + 2 * nkv * hd + h + 2 * h}.get(mt, 0)  # q/k/v/o biases, the 2 LayerNorms' biases
     norms = 4 if mt in ("gemma2", "gemma3_text") else 2  # Gemma: pre/post norms around attention and MLP
     if "num_experts" in c:
         e, k, mi = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
+        mlp_params, mlp_flops = e * 3 * h * mi + e * h, 2 * (k * 3 * h * mi + e * h)
+    elif mt == "phimoe":  # experts (gate_up, down) without biases, a router without one
+        e, k, mi = c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"]
         mlp_params, mlp_flops = e * 3 * h * mi + e * h, 2 * (k * 3 * h * mi + e * h)
     elif mt == "gpt_oss":  # experts with biases (gate_up, down), a router with a bias
         e, k, mi = c["num_local_experts"], c["num_experts_per_tok"], c["intermediate_size"]
@@ -52,6 +58,7 @@ def _count(c: dict[str, Any]) -> tuple[int, int]:
         mlp_flops = 2 * mlp_params
     tied = c.get("tie_word_embeddings", AutoConfig.for_model(mt).tie_word_embeddings)  # or its default
     params = vocab * h + layers * (proj + extra + mlp_params + norms * h) + h + (0 if tied else vocab * h)
+    params += (h + vocab) if mt == "phimoe" else 0  # the final LayerNorm's bias, the LM head's bias
     flops = TOKENS * layers * (2 * proj + mlp_flops) + 2 * vocab * h
     return params, flops
 
@@ -378,3 +385,20 @@ def test_phi3_head_dim_96_attention_is_simulated_on_every_gpu() -> None:
         attn = [k for k in p.kernels if k.kind in ("attention_prefill", "attention_decode")]
         assert attn and all(dict(k.params)["head_dim"] == 96 for k in attn)
         assert p.stats["fallback_kernels"] == 0, (hw, [k.name for k in p.kernels if k.fallback][:5])
+
+
+@pytest.mark.parametrize("preset", ["serving", "eager"])
+def test_phimoe_sparsemixer_runs_as_the_ops_vllm_launches(preset: str) -> None:
+    """Phi-3.5-MoE's router (sparsemixer: two masked maxima, no top-k op) is no fused routing kernel in vLLM
+    (phimoe_routing_function runs it as torch ops): its maxima, masks and softmaxes keep their own kernels, and
+    the experts still run as two grouped GEMMs per layer routing each token to 2 of 16 experts."""
+    data = json.loads((CONFIGS / "phi-3.5-moe.json").read_text())
+    _, prefill, decode = _plans("phi-3.5-moe", preset)
+    for p, tokens in ((prefill, 2 * 32), (decode, 2)):
+        assert not _kinds(p, KernelKind.ROUTER_TOPK)
+        router = [c for c in p.calls if c.layer == 0 and ".router." in f"{c.name}."]
+        assert {KernelKind.SOFTMAX, KernelKind.REDUCE} <= {c.kind for c in router} and len(router) > 10
+        grouped = [c for c in _kinds(p, KernelKind.GROUPED_GEMM) if c.layer == 0]
+        assert len(grouped) == 2
+        assert all(sum(c.p("tokens_per_expert")) == tokens * data["num_experts_per_tok"] for c in grouped)
+        assert all(len(c.p("tokens_per_expert")) == data["num_local_experts"] for c in grouped)

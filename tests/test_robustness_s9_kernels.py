@@ -110,8 +110,14 @@ def test_long_model_type_is_cut(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert len(line) < 1000 and "100,000 characters" in line and str(path) in line
 
 
-def test_phimoe_refused_naming_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_family_not_lowered_yet_is_refused_naming_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family of the model.layers layout whose blocks torchsim cannot lower (hf_family.NOT_YET; none today, PhiMoE
+    until its sparsemixer router was priced as the ops vLLM runs) is refused before the capture, naming the file."""
     pytest.importorskip("transformers")
+    import torchsim.models.hf_family as hf_family
+
+    monkeypatch.setattr(hf_family, "NOT_YET", {"phimoe": "its router is not a form torchsim recognises"})
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "phimoe", "hidden_size": 256, "intermediate_size": 512,
                                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,

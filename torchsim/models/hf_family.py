@@ -121,13 +121,10 @@ def hf_family_config(data: dict[str, Any], name: str, *, approximate: bool = Fal
 
 # families the tests build from their public config.json (tests/test_hf_families.py, tests/data/hf_configs) or
 # from a small one (qwen2_moe: tests/test_robustness_hf.py)
-SUPPORTED = ("deepseek_v2, deepseek_v3, gemma2, gemma3_text, gpt_oss, granite, olmo, olmo2, phi3, qwen2, qwen2_moe, "
-             "qwen3, qwen3_moe, stablelm, starcoder2")
+SUPPORTED = ("deepseek_v2, deepseek_v3, gemma2, gemma3_text, gpt_oss, granite, olmo, olmo2, phi3, phimoe, qwen2, "
+             "qwen2_moe, qwen3, qwen3_moe, stablelm, starcoder2")
 # families of the model.layers layout whose blocks torchsim cannot lower yet (refused before the capture)
-NOT_YET = {
-    "phimoe": "its router (PhiMoE's sparsemixer: a masked, jittered top-2 selection without a topk op) is not a "
-              "form torchsim's MoE patterns recognise",
-}
+NOT_YET: dict[str, str] = {}
 # integer sizes every decoder has (null allowed: head_dim); transformers' strict configs check the type only
 _SIZES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
           "vocab_size", "max_position_embeddings", "head_dim")

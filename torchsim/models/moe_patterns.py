@@ -56,6 +56,10 @@ class MoeStagePattern(Pattern):
 
     def _select(self, g: OpGraph, nodes: list[OpNode]) -> list[OpNode]:
         if self.stage is MoeStage.ROUTER:  # after the router GEMM (its input cast, e.g. DeepSeek's fp32, stays out)
+            if not any(n.op_name == "topk" for n in nodes):  # a router that selects without top-k (PhiMoE's
+                # sparsemixer: masked maxima) is no fused kernel in vLLM either (phimoe_routing_function runs it as
+                # torch ops): its ops keep their own lowerings
+                return []
             gemm = [g.index(n.name) for n in nodes if n.op_name == "linear"]
             return [n for n in nodes if not gemm or g.index(n.name) > gemm[0]]
         gemms = [g.index(n.name) for n in nodes if n.op_name == "_grouped_mm"]
