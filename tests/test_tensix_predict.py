@@ -301,3 +301,26 @@ def test_a_layers_grouped_gemms_take_the_expert_roles_in_turn() -> None:
     plan = adapt_plan(KernelPlan(calls, Preset.SERVING, "decode", 1, 1, 8), N150, "performance")
     got = [(c.p("in1_dtype"), c.p("fidelity")) for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM]
     assert got == [("bfp4_b", "LoFi"), ("bfp8_b", "HiFi2")]
+
+
+def test_gpt_oss_on_a_t3000_splits_every_expert_over_the_chips() -> None:
+    """tt-metal's gpt-oss layout on a 1 x 8 mesh (TP=8, EP=1): each chip holds an eighth of every expert (gate-up
+    columns, down rows) and of the attention heads, the router runs on every chip, and two ttnn all-reduces per
+    layer (after WO and after the experts) join the partial sums; a Mixtral-style expert per chip needs experts
+    == chips, which gpt-oss's 32 experts on 8 chips are not."""
+    import torchsim
+
+    pytest.importorskip("transformers")
+    cfg = Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-20b.json"
+    data = json.loads(cfg.read_text())
+    p = torchsim.predict(str(cfg), "wormhole-n300", tp=8, prompt_len=1, decode_steps=1, cache=False)
+    assert p.system == "t3000" and p.stats["fallback_kernels"] == 0
+    inter, hidden = data["intermediate_size"], data["hidden_size"]
+    layer0 = [k for k in p.kernels if k.phase == "decode" and k.layer == 0]
+    grouped = [dict(k.params) for k in layer0 if k.kind == "grouped_gemm"]
+    assert [(g["k"], g["n"]) for g in grouped] == [(hidden, 2 * inter // 8), (inter // 8, hidden)]
+    ccl = [dict(k.params) for k in layer0 if k.kind == "collective"]
+    assert [c["op"] for c in ccl] == ["all-reduce", "all-reduce"] and all("custom_ar" not in c for c in ccl)
+    attn = next(dict(k.params) for k in layer0 if k.kind == "attention_decode")
+    assert (attn["heads_q"], attn["heads_kv"]) == (data["num_attention_heads"] // 8, data["num_key_value_heads"] // 8)
+    assert p.stats["weight_bytes"] < 2.0e9  # an eighth of ~13.2 GB

@@ -170,5 +170,17 @@ def test_mixtral_runs_an_expert_per_chip_as_the_t3000_demo_does() -> None:
     sums = [k for k in layer0 if k.name.endswith("reduce_mask_matmul")]
     assert len(sums) == 2 and all(dict(k.params)["k"] == 32 * 8 for k in sums)
     assert sum(k.name.endswith("fast_reduce_nc") for k in pre if k.layer == 0) == 2
-    with pytest.raises(ParallelError, match="4 experts on tp=8 chips.*one expert per chip, so it needs tp=4"):
+    # 8 experts on 4 chips: not an expert per chip but tt-metal's gpt-oss layout, every expert split over the chips
+    # (intermediate 512: gate-up 1024 columns, a quarter each); the expert-per-chip layout itself refuses them
+    split = predict("mixtral-tiny", "t3000", tp=4, weights="performance", **STEP)
+    grouped = [dict(k.params) for k in split.kernels if k.kind == "grouped_gemm" and k.layer == 0]
+    assert grouped and {(g["n"], g["k"]) for g in grouped} == {(2 * 512 // 4, 256), (256, 512 // 4)}
+    with pytest.raises(ParallelError, match="does not divide the 4 query heads"):  # mixtral-micro: 4 heads
         predict("mixtral-micro", "t3000", tp=8, weights="performance", **STEP)
+    from torchsim.lowering.plan import plan_model
+    from torchsim.lowering.templates.tensix.mesh_plan import tt_expert_plan
+    from torchsim.models.registry import build_model, get_config
+
+    moe = plan_model(build_model(get_config("mixtral-micro")), batch=1, q_len=1, past_len=8)
+    with pytest.raises(ParallelError, match="4 experts on tp=8 chips.*one expert per chip, so it needs tp=4"):
+        tt_expert_plan(moe, 8, "t3000")

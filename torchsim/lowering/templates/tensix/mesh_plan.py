@@ -78,7 +78,8 @@ def tt_shard_plan(plan: KernelPlan, tp: int, system: str, *, ring: bool) -> Kern
     if tp == 1:
         return plan
     if any(c.kind is KernelKind.GROUPED_GEMM for c in plan.calls):
-        return tt_expert_plan(plan, tp, system)
+        experts = {int(c.p("experts")) for c in plan.calls if c.kind is KernelKind.ROUTER_TOPK}
+        return tt_expert_plan(plan, tp, system) if experts == {tp} else tt_tp_experts_plan(plan, tp, system)
     heads = _check_heads(plan, tp)
     out: list[KernelCall] = []
     sharded = False  # between a column- and a row-parallel GEMM: this chip's heads or columns only
@@ -150,6 +151,25 @@ def _norm(c: KernelCall, tp: int, system: str, phase: str) -> list[KernelCall]:
                 _collective("all-gather", full, tp, system, norm)]
         return out
     return [*out, _collective("all-gather", full, tp, system, c), norm]
+
+
+def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
+    """What one chip of `tp` runs for an MoE model in tt-metal's gpt-oss layout on a 1 x N mesh (models/demos/
+    gpt_oss/config.py mesh_1x8: decode TP=8, EP=1; prefill TP=8, SP=1): the residual stream replicated; attention's
+    heads split over the chips (QKV column-parallel, WO row-parallel) and every expert split tensor-parallel (its
+    gate-up columns and its down rows: experts/weights.py shards the intermediate dimension), the router replicated;
+    an all-reduce (MeshConfig.allreduce: ttnn.all_reduce) after WO and after the experts' combine. The layout is the
+    Megatron one torchsim's GPU tensor parallelism lays out (lowering.parallel.shard_plan), whose collectives a
+    Tenstorrent system costs as tt-metal's CCL ops; the chip's expert matmuls take ttnn's own program configs (the
+    demo's sparse_matmul configs are tuned for one p150's unsplit shapes)."""
+    from torchsim.lowering.parallel import shard_plan
+
+    _check_heads(plan, tp)
+    sharded = shard_plan(plan, tp, system)
+    # a serving engine's custom all-reduce (a GPU kernel) has no Tenstorrent counterpart: ttnn's CCL op runs
+    calls = tuple(replace(c, params=tuple((k, v) for k, v in c.params if k != "custom_ar"))
+                  if c.kind is KernelKind.COLLECTIVE else c for c in sharded.calls)
+    return replace(sharded, calls=calls)
 
 
 ROUTER_COLS = 64  # ttnn.topk's smallest row: Mixtral's 8 gate columns padded to 64 (mixtral_moe.py)
@@ -301,4 +321,4 @@ def _gather_sum(after: KernelCall, where: str, rows: int, hidden: int, tp: int, 
     return [gathered, total]
 
 
-__all__ = ["fused_all_gather_matmul", "tt_expert_plan", "tt_shard_plan"]
+__all__ = ["fused_all_gather_matmul", "tt_expert_plan", "tt_shard_plan", "tt_tp_experts_plan"]
