@@ -211,7 +211,8 @@ def explicit_config(mt: int, nt: int, kt: int, grid: tuple[int, int], blocking: 
 def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType | None = None,
            out: DType | None = None, fidelity: MathFidelity | str | None = None, grid: object = None,
            name: str = "matmul", prefix: str = "", blocking: tuple[int, int, int, int] | None = None,
-           config: MatmulConfig | None = None, packer_l1_acc: bool = True, block_rows: int = 0) -> KernelGraph:
+           config: MatmulConfig | None = None, packer_l1_acc: bool = True, block_rows: int = 0,
+           weight_sets: int = 1) -> KernelGraph:
     """Multi-core matmul (M x K) @ (K x N) on `hw`.
 
     The program config is ttnn's own selection (`choose_config`), a model's (per_core_M, per_core_N,
@@ -224,6 +225,8 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     turn, as ttnn's matmul loops over a batched in0 ([1, M / block_rows, block_rows, K], tt_transformers' long
     prefill): every pass reads in1 again (its reader walks the weights once per batch); a partial last block is
     padded to a whole one.
+    `weight_sets` (> 1): the program runs that many times in turn, each pass over its own weights and its own M
+    rows, as ttnn's sparse_matmul loops over the active experts of an MoE layer (one program, the same cores).
 
     Example:
         >>> from torchsim.hwmodels.tensix.profiles import wormhole_n150
@@ -239,8 +242,11 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     g = parse_grid(grid, hw)
     if block_rows < 0:
         raise ValueError(f"matmul {name!r}: block_rows must be >= 0 (0: one pass over all {m} rows), got {block_rows}")
-    passes = -(-m // block_rows) if 0 < block_rows < m else 1
-    m_pass = block_rows if passes > 1 else m
+    if weight_sets < 1 or (weight_sets > 1 and 0 < block_rows < m):
+        raise ValueError(f"matmul {name!r}: weight_sets must be >= 1 and cannot be combined with row blocks "
+                         f"(block_rows); got weight_sets={weight_sets}, block_rows={block_rows}")
+    passes = weight_sets if weight_sets > 1 else -(-m // block_rows) if 0 < block_rows < m else 1
+    m_pass = block_rows if passes > 1 and weight_sets == 1 else m
     mt, nt, kt = tiles(m_pass), tiles(n), tiles(k)
     if config is not None:
         if config.grid[0] > g[0] or config.grid[1] > g[1]:
@@ -284,7 +290,8 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
         ob += ps * nbh * nbw
         row_of, col_of = aff(oh, **m_of), aff(ow, **n_of)
         t0 = TileDesc(Space.GLOBAL, in0, (pm * 32, bw * 32), a_name, (row_of, aff(blk)))
-        t1 = TileDesc(Space.GLOBAL, in1, (bw * 32, pn * 32), b_name, (aff(blk), col_of))
+        t1 = TileDesc(Space.GLOBAL, in1, (bw * 32, pn * 32), f"{b_name}{ps}" if weight_sets > 1 else b_name,
+                      (aff(blk), col_of))
         r0 = b.node(reader, Op.NOC_READ, Unit.NOC, pm * bw * tile_bytes(in0), t0, f"in0_block{step}")
         r1 = b.node(writer, Op.NOC_READ, Unit.NOC, pn * bw * tile_bytes(in1), t1, f"in1_block{step}")
         routes.append({"node": r0, "noc": 1, "mcast": cfg.mcast_in0, "page_bytes": tile_bytes(in0),
@@ -359,7 +366,9 @@ def matmul(m: int, n: int, k: int, in0: DType, hw: TensixProfile, *, in1: DType 
     template = "tensix_matmul_2d_mcast" if cfg.mcast_in1 == "col" else "tensix_matmul_1d_mcast"
     return KernelGraph(name, (cls,), flops=2.0 * m * n * k, dram_bytes=dram,
                        attrs={"grid": cfg.grid, "fidelity": fid.label, "packer_l1_acc": packer_l1_acc,
-                              "template": template, **({"row_passes": passes} if passes > 1 else {}),
+                              "template": template,
+                              **({"weight_sets": passes} if weight_sets > 1 else
+                                 {"row_passes": passes} if passes > 1 else {}),
                               "config": {"per_core_m": cfg.per_core_m, "per_core_n": cfg.per_core_n,
                                          "in0_block_w": bw, "out_block": [pm, pn], "passes": cfg.passes,
                                          "subblock": [cfg.sub_h, cfg.sub_w], "rule": cfg.rule},

@@ -263,10 +263,43 @@ def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None, experts: D
         seen[c.layer] = index + 1
         return EXPERT_ROLES[min(index, len(EXPERT_ROLES) - 1)]
 
-    calls = tuple(configure(c, mode, plan.phase, cutoff, role(c), experts) for op in plan.calls
+    ops = dense_prefill_experts(plan.calls) if plan.phase == "prefill" else plan.calls
+    calls = tuple(configure(c, mode, plan.phase, cutoff, role(c), experts) for op in ops
                   for c in tt_ops(op, plan.phase, lambda kt: lm_head_split_cols(hw, kt))
                   if not _token_dispatch(c))
     return replace(plan, calls=calls)
+
+
+def dense_prefill_experts(calls: tuple[KernelCall, ...]) -> tuple[KernelCall, ...]:
+    """A prefill's MoE layers as tt-metal runs them on Tensix (models/demos/gpt_oss/tt/experts/prefill.py, the
+    generic experts module): its sparse_matmuls take an all-ones prefill sparsity ("all experts active in
+    prefill"), so every expert multiplies every token and the SwiGLU and the routing-weight combine run over all
+    E copies; the routing weights zero what the router did not pick. Decode reads the router's sparsity (the
+    routed experts only). Layers without a fused top-k router kernel (the token count unknown) keep their routing."""
+    grouped = {c.layer for c in calls if c.kind is KernelKind.GROUPED_GEMM}  # (a layout that ran its experts as
+    # dense GEMMs already, the Mixtral T3000 one, has none)
+    routers = {c.layer: int(c.p("tokens")) for c in calls if c.kind is KernelKind.ROUTER_TOPK and c.layer in grouped}
+    out: list[KernelCall] = []
+    for c in calls:
+        tokens = routers.get(c.layer)
+        if tokens is None:
+            out.append(c)
+        elif c.kind is KernelKind.GROUPED_GEMM:
+            experts = len(c.p("tokens_per_expert"))
+            out.append(with_params(c, tokens_per_expert=(tokens,) * experts))
+        elif c.kind is KernelKind.SILU_MUL and ".experts" in c.name:
+            experts = _layer_experts(calls, c.layer)
+            out.append(with_params(c, rows=tokens * experts))
+        elif c.kind is KernelKind.REDUCE and c.name.endswith("moe_sum"):
+            experts, hidden = _layer_experts(calls, c.layer), int(c.p("numel_out")) // tokens
+            out.append(with_params(c, numel_in=tokens * experts * hidden))
+        else:
+            out.append(c)
+    return tuple(out)
+
+
+def _layer_experts(calls: tuple[KernelCall, ...], layer: int | None) -> int:
+    return next(int(c.p("experts")) for c in calls if c.kind is KernelKind.ROUTER_TOPK and c.layer == layer)
 
 
 def _token_dispatch(c: KernelCall) -> bool:

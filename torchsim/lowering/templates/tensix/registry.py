@@ -160,18 +160,29 @@ def _reduce(call: KernelCall, hw: TensixProfile) -> KernelGraph:
 
 
 def _grouped_gemm(call: KernelCall, hw: TensixProfile) -> KernelGraph:
-    """MoE experts: one matmul per expert sized by its routed tokens, launched back to back (one CTA class
-    each); experts without tokens cost nothing (tt-metal's sparse_matmul: the active experts' weights only). A
-    `program_config` param runs every expert's matmul with that config."""
+    """MoE experts (tt-metal's sparse_matmul: the active experts' weights only; experts without tokens cost
+    nothing). When every active expert has as many 32-row tiles (decode, and a prefill whose every expert runs every
+    token), one program loops over them on the same cores (`matmul(weight_sets=)`); otherwise one matmul per expert
+    sized by its routed tokens, launched back to back (one CTA class each). A `program_config` param runs every
+    expert's matmul with that config."""
     counts = [int(c) for c in call.p("tokens_per_expert")]
     in1 = _dtype(call.p("in1_dtype", ""), call.dtype)
     pc = call.p("program_config", ())
-    parts = [matmul(c, call.p("n"), call.p("k"), call.dtype, hw, in1=in1, fidelity=call.p("fidelity", "") or None,
-                    grid=call.p("grid", "") or None, name=f"expert{e}", prefix=f"e{e}.",
-                    config=MatmulConfig(**dict(pc)) if pc else None)
-             for e, c in enumerate(counts) if c > 0]
-    if not parts:
+    config = MatmulConfig(**dict(pc)) if pc else None
+    active = [c for c in counts if c > 0]
+    if not active:
         raise ValueError(f"grouped GEMM {call.name!r}: no expert received tokens (tokens_per_expert={counts})")
+    if len({_t(c) for c in active}) == 1:  # every active expert as many row tiles: ttnn's sparse_matmul, one
+        # program looping over them, each pass reading its expert's weights
+        kg = matmul(32 * _t(active[0]), call.p("n"), call.p("k"), call.dtype, hw, in1=in1,
+                    fidelity=call.p("fidelity", "") or None, grid=call.p("grid", "") or None, name=call.name or
+                    "grouped_gemm", config=config, weight_sets=len(active))
+        flops = 2.0 * sum(active) * call.p("n") * call.p("k")
+        return KernelGraph(kg.name, kg.classes, flops=flops, dram_bytes=kg.dram_bytes,
+                           attrs={**kg.attrs, "template": "tensix_moe_sparse_matmul", "experts": len(active)})
+    parts = [matmul(c, call.p("n"), call.p("k"), call.dtype, hw, in1=in1, fidelity=call.p("fidelity", "") or None,
+                    grid=call.p("grid", "") or None, name=f"expert{e}", prefix=f"e{e}.", config=config)
+             for e, c in enumerate(counts) if c > 0]
     classes = tuple(c for kg in parts for c in kg.classes)
     return KernelGraph(call.name or "grouped_gemm", classes, flops=sum(kg.flops for kg in parts),
                        dram_bytes=sum(kg.dram_bytes for kg in parts),
