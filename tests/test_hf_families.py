@@ -402,3 +402,20 @@ def test_phimoe_sparsemixer_runs_as_the_ops_vllm_launches(preset: str) -> None:
         assert len(grouped) == 2
         assert all(sum(c.p("tokens_per_expert")) == tokens * data["num_experts_per_tok"] for c in grouped)
         assert all(len(c.p("tokens_per_expert")) == data["num_local_experts"] for c in grouped)
+
+
+def test_phi3_fused_projections_run_as_tt_transformers_splits_them() -> None:
+    """tt_transformers splits Phi-3's fused qkv_proj and gate_up_proj at load (load_checkpoints.split_hf_keys) into
+    its wqkv and its w1 / w3: on a Wormhole the QKV matmul takes the WQKV format (bfp8_b) and the heads ops after it,
+    the gate-up projection runs as two matmuls of half the columns in FF1/FF3's format (bfp4_b, LoFi)."""
+    import torchsim
+
+    data = json.loads((CONFIGS / "phi-3-mini-4k.json").read_text())
+    p = torchsim.predict(str(CONFIGS / "phi-3-mini-4k.json"), "wormhole-n150", prompt_len=64, decode_steps=1,
+                         cache=False)
+    layer0 = {k.name.split(".", 2)[-1]: dict(k.params) for k in p.step_kernels("decode") if k.layer == 0}
+    assert layer0["self_attn.qkv_proj"]["in1_dtype"] == "bfp8_b"
+    assert "self_attn.qkv_proj.nlp_create_qkv_heads_decode" in layer0
+    for half in ("w1", "w3"):
+        prm = layer0[f"mlp.gate_up_proj.{half}"]
+        assert (prm["n"], prm["in1_dtype"], prm["fidelity"]) == (data["intermediate_size"], "bfp4_b", "LoFi")

@@ -102,9 +102,12 @@ def tt_ops(call: KernelCall, phase: str, lm_head_cols: Callable[[int], int] = _u
     ['layers.1.input_layernorm.residual_add', 'layers.1.input_layernorm.rms_norm']
     """
     name = call.name
-    if call.kind is KernelKind.GEMM and "q_proj" in name and "v_proj" in name:
+    last = name.split(".")[-1]
+    # HF's fused projections (Phi-3's qkv_proj, gate_up_proj) are split at load by tt_transformers
+    # (load_checkpoints.split_hf_keys) into its wqkv and its w1 / w3
+    if call.kind is KernelKind.GEMM and (("q_proj" in name and "v_proj" in name) or last == "qkv_proj"):
         return _qkv(call, phase)
-    if call.kind is KernelKind.GEMM and "gate_proj" in name and "up_proj" in name:
+    if call.kind is KernelKind.GEMM and (("gate_proj" in name and "up_proj" in name) or last == "gate_up_proj"):
         return _split_gate_up(call)
     if call.kind is KernelKind.GEMM and name.split(".")[-1] == "lm_head":
         return _lm_head(call, lm_head_cols(-(-int(call.p("k")) // 32)))
