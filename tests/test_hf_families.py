@@ -363,15 +363,18 @@ def test_gemma2_sliding_layers_carry_their_window_into_the_fused_attention() -> 
 
 @pytest.mark.parametrize("name", ["gemma-2-9b", "phi-3-mini-4k"])
 def test_families_run_on_a_wormhole_without_roofline_kernels(name: str) -> None:
-    """Gemma-2's logit soft-capping (a divide by a scalar and a tanh) and Phi-3's concatenated rotary halves have
-    Tensix costs (before, their kernels fell back to rooflines); so does the LM head of a large vocabulary, split as
-    tt_transformers splits it."""
+    """Gemma-2's logit soft-capping (a divide by a scalar and a tanh) has Tensix costs (before, its kernels fell
+    back to rooflines); so does the LM head of a large vocabulary, split as tt_transformers splits it. Phi-3's
+    partial-rotary form (the rotated part concatenated back beside the rest) is one rotary op, no concat."""
     import torchsim
 
     p = torchsim.predict(str(CONFIGS / f"{name}.json"), "wormhole-n150", prompt_len=64, decode_steps=1, cache=False)
     assert p.stats["fallback_kernels"] == 0, [k.name for k in p.kernels if k.fallback][:5]
     ops = {dict(k.params).get("op") for k in p.kernels if k.kind == "elementwise"}
-    assert ({"div", "tanh"} if name.startswith("gemma") else {"cat"}) <= ops
+    if name.startswith("gemma"):
+        assert {"div", "tanh"} <= ops
+    else:
+        assert "cat" not in ops and any(k.kind == "rope" for k in p.kernels)
 
 
 def test_phi3_head_dim_96_attention_is_simulated_on_every_gpu() -> None:
@@ -419,3 +422,20 @@ def test_phi3_fused_projections_run_as_tt_transformers_splits_them() -> None:
     for half in ("w1", "w3"):
         prm = layer0[f"mlp.gate_up_proj.{half}"]
         assert (prm["n"], prm["in1_dtype"], prm["fidelity"]) == (data["intermediate_size"], "bfp4_b", "LoFi")
+
+
+@pytest.mark.parametrize("name", ["stablelm-2-1.6b", "phi-3-mini-4k"])
+def test_partial_rotary_is_one_rope_kernel_in_serving(name: str) -> None:
+    """HF's partial-rotary form puts the rotated dims back beside the rest (`cat([rotated, x_pass])`; Phi-3's
+    x_pass is empty). vLLM's rotary kernel rotates the first rotary_dim dims in place: in the serving plan that cat
+    is part of the one RoPE kernel, over the rotary dims only; HF eager really launches it."""
+    data = json.loads((CONFIGS / f"{name}.json").read_text())
+    head_dim = data["hidden_size"] // data["num_attention_heads"]
+    rotary = int(head_dim * data.get("partial_rotary_factor", 1.0))
+    _, prefill, _ = _plans(name, "serving")
+    layer0 = [c for c in prefill.calls if c.layer == 0]
+    assert [c.p("head_dim") for c in layer0 if c.kind is KernelKind.ROPE] == [rotary]
+    assert not [c for c in layer0 if c.kind is KernelKind.ELEMENTWISE and c.p("op", "") == "cat"
+                and "self_attn" in c.name]
+    _, eager, _ = _plans(name, "eager")
+    assert [c for c in eager.calls if c.layer == 0 and c.p("op", "") == "cat" and "self_attn" in c.name]

@@ -155,13 +155,15 @@ class Siblings(Pattern):
 
 
 def rope_matches(g: OpGraph, by_table: dict[str, list[tuple[str, OpNode]]], taken: set[str], *,
-                 root: str) -> Iterator[Match]:
+                 root: str | tuple[str, ...]) -> Iterator[Match]:
     """One match per rotary table: the (part, node) pairs found reading it, in graph order, unless a part
-    other than the `root` (the op whose output is the rotated tensor) feeds something outside the match."""
+    other than the `root` (the op whose output is the rotated tensor; several names: any of them) feeds something
+    outside the match."""
+    roots = (root,) if isinstance(root, str) else root
     for parts in by_table.values():
         nodes = tuple(sorted({n for _, n in parts}, key=lambda n: g.index(n.name)))
         inside = {n.name for n in nodes}
-        if any(escapes(g, n, inside) for k, n in parts if k != root):
+        if any(escapes(g, n, inside) for k, n in parts if k not in roots):
             continue
         taken |= inside
         yield Match(nodes, tuple(parts))
@@ -169,7 +171,10 @@ def rope_matches(g: OpGraph, by_table: dict[str, list[tuple[str, OpNode]]], take
 
 @dataclass(frozen=True)
 class RotateHalfRope(Pattern):
-    """`x * cos + cat(-x2, x1) * sin` for every tensor rotated with the same cos table: one RoPE kernel."""
+    """`x * cos + cat(-x2, x1) * sin` for every tensor rotated with the same cos table: one RoPE kernel. Where the
+    rotated part is put back beside the part that is not rotated (HF's partial rotary form, `cat([rotated, x_pass])`:
+    Phi-3, StableLM; with a full rotary x_pass is empty), that cat is the same kernel: vLLM's rotary kernel rotates
+    the first rotary_dim dims of each head in place."""
 
     def find(self, g: OpGraph, taken: set[str]) -> Iterator[Match]:
         by_table: dict[str, list[tuple[str, OpNode]]] = {}
@@ -180,10 +185,22 @@ class RotateHalfRope(Pattern):
             if found and not any(n.name in taken for _, n in found):
                 cos = through_views(g, next(n for k, n in found if k == "mul_cos").inputs[1])
                 by_table.setdefault(cos, []).extend(found)
-        yield from rope_matches(g, by_table, taken, root="add")
+        yield from rope_matches(g, by_table, taken, root=("add", "pass_cat"))
 
     @staticmethod
     def _one(g: OpGraph, add: OpNode) -> list[tuple[str, OpNode]] | None:
+        found = RotateHalfRope._rotation(g, add)
+        if found is None:
+            return None
+        x = through_views(g, found[0][1].inputs[0])
+        users = users_through_views(g, add.name)
+        if len(users) == 1 and users[0].target is aten.cat.default and len(users[0].inputs) == 2 \
+                and through_views(g, users[0].inputs[0]) == add.name and through_views(g, users[0].inputs[1]) == x:
+            return [*found[:-1], ("add", add), ("pass_cat", users[0])]
+        return found
+
+    @staticmethod
+    def _rotation(g: OpGraph, add: OpNode) -> list[tuple[str, OpNode]] | None:
         a, b = (g.producer(through_views(g, x)) for x in add.inputs)
         for mul_cos, mul_sin in ((a, b), (b, a)):
             if mul_cos is None or mul_sin is None or mul_cos.target not in _MUL or mul_sin.target not in _MUL:
