@@ -366,7 +366,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
 
     precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
     name, cfg, module = _resolve_model(model, "bf16" if precision is WeightPrecision.FP8 else dtype)
-    fmt, keep, experts = _resolve_quant(quant, cfg, prof)
+    fmt, keep, tt_experts = _resolve_quant(quant, cfg, prof)
     if fmt is not None and fmt.name == "fp8":  # per-tensor FP8: the FP8 checkpoint's plan
         precision = WeightPrecision.FP8
     ctx_len = _context(cfg)
@@ -400,7 +400,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             elif tp > 1:
                 plan = shard_plan(plan, tp, system)
                 plan = sequence_parallel(plan, tp, system) if sp else plan
-            plan = adapt_plan(plan, prof, weights, experts)  # Tensix: tt_transformers' ops, formats, fidelities
+            plan = adapt_plan(plan, prof, weights, tt_experts)  # Tensix: tt_transformers' ops, formats
             plans.append(_tuned(plan) if tune else plan)
             budget.add(plans[-1].calls)  # before this step's kernels are simulated (an error stops the workers)
             if len(plans) == 1 and len(scenarios) > 1:
@@ -412,7 +412,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                 if bg.started or bg.workers > 1:
                     bg.submit(todo)
         t_plan = time.perf_counter()
-        w_bytes = (tensix_weight_bytes(module, prof, weights, experts)
+        w_bytes = (tensix_weight_bytes(module, prof, weights, tt_experts)
                    or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
         if dp > 1:  # every rank holds the whole model but only 1/ep of the experts
             experts = _expert_bytes(plans[-1])  # this rank's
