@@ -298,6 +298,7 @@ def test_gpt_oss_runs_on_one_blackhole_with_its_experts_in_bfp4(tmp_path: Path) 
     expert_bytes = layers * experts * 3 * h * inter * 576 / 1024  # bfp4_b: 576 B per 32 x 32 tile
     other = p.stats["weight_bytes"] - expert_bytes  # bf16 embedding 1.16 GB, bfp8 LM head 0.62 GB, attention
     assert 1.7e9 < other < 2.0e9, other
+    assert "in tt_transformers performance formats; experts bfp4_b (mxfp4 checkpoint)" in p.summary()
 
 
 def test_mxfp4_on_a_tensix_profile_needs_experts() -> None:

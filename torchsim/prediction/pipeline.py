@@ -427,7 +427,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
         bg.wait(needed={c.key() for p in plans for c in p.calls})
     entry = PlanEntry(name=name, preset=preset, fp8=precision is WeightPrecision.FP8, kv_dtype=kv_dtype, fmt=fmt,
                       keep=keep, plans=tuple(StepPlan(p.calls, p.proofs) for p in plans), weight_bytes=w_bytes,
-                      facts=_model_facts(cfg, module, kv_dtype),
+                      facts={**_model_facts(cfg, module, kv_dtype), **_tensix_formats(prof, weights, tt_experts)},
                       approximations=tuple(getattr(cfg, "approximations", ())), layers=_layers(cfg))
     return entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan
 
@@ -474,6 +474,18 @@ def _tuned(plan: KernelPlan) -> KernelPlan:
                   if c.kind is KernelKind.GEMM and not c.p("variant", "") and not c.p("quant", "") else c
                   for c in plan.calls)
     return replace(plan, calls=calls)
+
+
+def _tensix_formats(prof: Any, weights: str | None, experts: Any) -> dict[str, str]:
+    """On a Tensix profile, the formats its weights are stored in (the summary's model line): tt_transformers'
+    per-role formats of the weights mode, and the experts' format an MXFP4 checkpoint fixes."""
+    from torchsim.lowering.templates.tensix.model_config import WeightMode, is_tensix
+
+    if not is_tensix(prof):
+        return {}
+    mode = WeightMode.parse(weights).value
+    extra = f"; experts {experts.name.lower()} (mxfp4 checkpoint)" if experts is not None else ""
+    return {"weights_format": f"tt_transformers {mode} formats{extra}"}
 
 
 def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:

@@ -176,7 +176,8 @@ class Prediction:
             wb = st["weight_bytes"]
             weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
             per = " per GPU" if max(self.tp, self.ep, self.pp) > 1 else ""
-            fmt = f" in {st['quant']}" if st.get("quant") else ""  # a quantised format (lowering.quant)
+            fmt = (f" in {st['quant']}" if st.get("quant") else  # a quantised format (lowering.quant)
+                   f" in {st['weights_format']}" if st.get("weights_format") else "")  # Tensix: tt_transformers
             lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{fmt}{per}"
                          f"{kv}")
         mem = st.get("memory")
