@@ -4,7 +4,7 @@
 
 The configs are the ones the tests use (tests/data/hf_configs: Qwen2.5-7B, Qwen3-8B, Qwen3-30B-A3B, OLMo-7B,
 OLMo-2-7B, Granite-3.1-8B, Phi-3-mini-4k, Phi-3.5-mini, Phi-3.5-MoE, StableLM-2-1.6B, StarCoder2-7B, Gemma-2-9B,
-Gemma-3-1B, gpt-oss-20b, DeepSeek-V2-Lite, DeepSeek-V3), built by HF transformers on the meta device
+Gemma-3-1B, gpt-oss-20b, gpt-oss-120b, DeepSeek-V2-Lite, DeepSeek-V3), built by HF transformers on the meta device
 (models.hf_family), with the families torchsim defines itself beside them: the built-in Llama-2-7B, Llama-3-8B,
 Llama-3.1-8B and Mixtral-8x7B and the public configs of Llama-3.2-1B, Llama-3.3-70B and Mistral-7B-v0.1
 (tests/data/model_configs). A config needing an approximation is predicted with it and the approximation is printed;

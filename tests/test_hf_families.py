@@ -4,7 +4,8 @@ analytic count from the config within 1%, and what capture cannot take from the 
 configs of the families torchsim defines itself (tests/data/model_configs: Llama 3.2 with tied embeddings,
 Llama 3.3, Mistral) meet the same count. phi-3.5-moe.json is Phi-3.5-MoE-instruct's config.json with its longrope
 `rope_scaling` (two arrays of 64 factors, not available offline) set to null: RoPE scaling sets the rotation
-frequencies, not the work."""
+frequencies, not the work. gpt-oss-120b.json is gpt-oss-20b's config with gpt-oss-120b's 36 layers and 128 experts
+(its other sizes are the same: hidden and expert width 2880, 64 query and 8 KV heads of 64, top-4)."""
 
 from __future__ import annotations
 

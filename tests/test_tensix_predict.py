@@ -337,3 +337,4 @@ def test_gpt_oss_on_a_t3000_splits_every_expert_over_the_chips() -> None:
     attn = next(dict(k.params) for k in layer0 if k.kind == "attention_decode")
     assert (attn["heads_q"], attn["heads_kv"]) == (data["num_attention_heads"] // 8, data["num_key_value_heads"] // 8)
     assert p.stats["weight_bytes"] < 2.0e9  # an eighth of ~13.2 GB
+    assert any("tt-metal's gpt-oss layout" in a for a in p.assumptions)

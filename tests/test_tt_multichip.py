@@ -156,6 +156,7 @@ def test_mixtral_runs_an_expert_per_chip_as_the_t3000_demo_does() -> None:
     sums are; no token dispatch kernel and no roofline kernel."""
     p = predict("mixtral-tiny", "t3000", tp=8, weights="performance", **STEP)
     assert p.stats["fallback_kernels"] == 0
+    assert any("Mixtral T3000 layout" in a for a in p.assumptions)
     dec, pre = p.step_kernels("decode", 0), [k for k in p.kernels if k.phase == "prefill"]
     layer0 = [k for k in dec if k.layer == 0]
     gate = [k for k in layer0 if k.name.endswith("mlp.gate")]

@@ -223,11 +223,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         *(("GEMM configurations autotuned by simulation (the fastest of up to 24 valid ones per shape)",)
           if tune else ()),
         *dict.fromkeys(lm.describe() for lm in lms.values()),
-        *((f"tensor parallel over {tp} chips of {system} as tt_transformers lays a model out on a 1D mesh "
-           "(residual stream fractured over the chips, an all-gather before each RMSNorm, column-parallel QKV/FF1/FF3,"
-           " row-parallel FF2 and WO + reduce-scatter, or on a ring an all-gather feeding a column-parallel WO, "
-           "vocabulary-split LM head; torchsim.lowering.templates.tensix.mesh_plan); CCL ops costed as tt-metal runs "
-           "them over the Ethernet links (torchsim.sim.ccl, traced, not overlapped); weights counted as 1/tp per chip",)
+        *((_tensix_layout(plans, tp, system) + "; CCL ops costed as tt-metal runs them over the Ethernet links "
+           "(torchsim.sim.ccl, traced, not overlapped); weights counted as 1/tp per chip",)
           if tp > 1 and not isinstance(prof, GpuProfile) else ()),
         *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
            "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
@@ -474,6 +471,26 @@ def _tuned(plan: KernelPlan) -> KernelPlan:
                   if c.kind is KernelKind.GEMM and not c.p("variant", "") and not c.p("quant", "") else c
                   for c in plan.calls)
     return replace(plan, calls=calls)
+
+
+def _tensix_layout(plans: Sequence[KernelPlan], tp: int, system: str) -> str:
+    """How a Tenstorrent mesh's plan was laid out (torchsim.lowering.templates.tensix.mesh_plan), for the
+    assumptions: tt-metal's gpt-oss layout keeps grouped GEMMs (each expert split over the chips), its Mixtral
+    layout a router beside dense expert GEMMs, tt_transformers' dense layout neither."""
+    calls = [c for p in plans for c in p.calls]
+    where = f"tensor parallel over {tp} chips of {system}"
+    if any(c.kind is KernelKind.GROUPED_GEMM for c in calls):
+        return (f"{where} in tt-metal's gpt-oss layout (MeshConfig mesh_1x8: residual replicated, heads and every "
+                "expert split over the chips, the router on every chip, an all-reduce after WO and after the experts; "
+                "torchsim.lowering.templates.tensix.mesh_plan.tt_tp_experts_plan)")
+    if any(c.kind is KernelKind.ROUTER_TOPK for c in calls):
+        return (f"{where} in tt-metal's Mixtral T3000 layout (an expert per chip over every token, residual "
+                "replicated, WO's and the experts' partial outputs all-gathered and summed; "
+                "torchsim.lowering.templates.tensix.mesh_plan.tt_expert_plan)")
+    return (f"{where} as tt_transformers lays a model out on a 1D mesh (residual stream fractured over the chips, "
+            "an all-gather before each RMSNorm, column-parallel QKV/FF1/FF3, row-parallel FF2 and WO + "
+            "reduce-scatter, or on a ring an all-gather feeding a column-parallel WO, vocabulary-split LM head; "
+            "torchsim.lowering.templates.tensix.mesh_plan)")
 
 
 def _tensix_formats(prof: Any, weights: str | None, experts: Any) -> dict[str, str]:
