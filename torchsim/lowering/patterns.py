@@ -196,7 +196,7 @@ class RotateHalfRope(Pattern):
         users = users_through_views(g, add.name)
         if len(users) == 1 and users[0].target is aten.cat.default and len(users[0].inputs) == 2 \
                 and through_views(g, users[0].inputs[0]) == add.name and through_views(g, users[0].inputs[1]) == x:
-            return [*found[:-1], ("add", add), ("pass_cat", users[0])]
+            return [*found, ("pass_cat", users[0])]
         return found
 
     @staticmethod

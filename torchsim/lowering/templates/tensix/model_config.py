@@ -278,28 +278,22 @@ def dense_prefill_experts(calls: tuple[KernelCall, ...]) -> tuple[KernelCall, ..
     routed experts only). Layers without a fused top-k router kernel (the token count unknown) keep their routing."""
     grouped = {c.layer for c in calls if c.kind is KernelKind.GROUPED_GEMM}  # (a layout that ran its experts as
     # dense GEMMs already, the Mixtral T3000 one, has none)
-    routers = {c.layer: int(c.p("tokens")) for c in calls if c.kind is KernelKind.ROUTER_TOPK and c.layer in grouped}
+    routers = {c.layer: (int(c.p("tokens")), int(c.p("experts"))) for c in calls
+               if c.kind is KernelKind.ROUTER_TOPK and c.layer in grouped}  # layer -> (tokens, experts)
     out: list[KernelCall] = []
     for c in calls:
-        tokens = routers.get(c.layer)
-        if tokens is None:
+        tokens, experts = routers.get(c.layer, (0, 0))
+        if not tokens:
             out.append(c)
         elif c.kind is KernelKind.GROUPED_GEMM:
-            experts = len(c.p("tokens_per_expert"))
-            out.append(with_params(c, tokens_per_expert=(tokens,) * experts))
+            out.append(with_params(c, tokens_per_expert=(tokens,) * len(c.p("tokens_per_expert"))))
         elif c.kind is KernelKind.SILU_MUL and ".experts" in c.name:
-            experts = _layer_experts(calls, c.layer)
             out.append(with_params(c, rows=tokens * experts))
         elif c.kind is KernelKind.REDUCE and c.name.endswith("moe_sum"):
-            experts, hidden = _layer_experts(calls, c.layer), int(c.p("numel_out")) // tokens
-            out.append(with_params(c, numel_in=tokens * experts * hidden))
+            out.append(with_params(c, numel_in=tokens * experts * (int(c.p("numel_out")) // tokens)))
         else:
             out.append(c)
     return tuple(out)
-
-
-def _layer_experts(calls: tuple[KernelCall, ...], layer: int | None) -> int:
-    return next(int(c.p("experts")) for c in calls if c.kind is KernelKind.ROUTER_TOPK and c.layer == layer)
 
 
 def _token_dispatch(c: KernelCall) -> bool:
