@@ -29,11 +29,12 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "c
 
 def sweep(system: str, collective: str, factor: int) -> None:
     hw = get_system(system)
-    print(f"\n{collective} on {system} ({hw.devices} chips, {hw.topology(hw.devices)}, "
-          f"{int(hw.ccl_links.value)} link(s) at {hw.link_bytes_per_s.value / 1e9:.1f} GB/s each way)")
+    n = hw.ccl_ranks  # every chip, or a row of a 2D mesh
+    print(f"\n{collective} on {system} ({n} chips, {hw.topology(n)}, "
+          f"{hw.links(n)} link(s) at {hw.link_bytes_per_s.value / 1e9:.1f} GB/s each way)")
     print(f"{'size (B)':>12} {'time (us)':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'latency us':>11}")
     for s in message_sizes(2**12, 2**30, factor):
-        c = collective_cost(collective, hw, hw.devices, s)
+        c = collective_cost(collective, hw, n, s)
         print(f"{s:>12} {c.time_s * 1e6:>11.2f} {c.algbw_bytes_per_s / 1e9:>11.2f} {c.busbw_bytes_per_s / 1e9:>11.2f}"
               f" {c.latency_s * 1e6:>11.2f}")
 

@@ -59,14 +59,15 @@ def test_nvls_only_on_switches_with_in_network_reduction() -> None:
 @pytest.mark.parametrize("name", sorted(SYSTEMS))
 def test_physics_monotone_and_bounded(coll: str, name: str) -> None:
     s = SYSTEMS[name]
+    ranks = getattr(s, "ccl_ranks", s.devices)  # a 2D mesh's CCL ops span a row
     prev_t = prev_bus = 0.0
     for size in message_sizes(8, 2**33, 4):
-        c = collective_cost(coll, s, s.devices, size)
+        c = collective_cost(coll, s, ranks, size)
         assert c.time_s >= prev_t  # more bytes never faster
         assert c.busbw_bytes_per_s >= prev_bus * 0.999  # bus bandwidth rises towards its asymptote
         prev_t, prev_bus = c.time_s, c.busbw_bytes_per_s
         assert c.algbw_bytes_per_s == pytest.approx(size / c.time_s)
-        assert c.busbw_bytes_per_s == pytest.approx(c.algbw_bytes_per_s * bus_factor(coll, s.devices))
+        assert c.busbw_bytes_per_s == pytest.approx(c.algbw_bytes_per_s * bus_factor(coll, ranks))
         assert c.time_s == min(x.time_s for x in c.candidates)  # the pick is the fastest candidate
         assert c.channels >= 1 and c.sms == c.channels
     # the wire is never beaten: ring-type traffic moves at most the fabric's rate (NVLS moves less per byte)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -338,3 +339,53 @@ def test_gpt_oss_on_a_t3000_splits_every_expert_over_the_chips() -> None:
     assert (attn["heads_q"], attn["heads_kv"]) == (data["num_attention_heads"] // 8, data["num_key_value_heads"] // 8)
     assert p.stats["weight_bytes"] < 2.0e9  # an eighth of ~13.2 GB
     assert any("tt-metal's gpt-oss layout" in a for a in p.assumptions)
+
+
+def test_gpt_oss_on_a_galaxy_splits_experts_over_rows_and_each_over_a_row(tmp_path: Path) -> None:
+    """tt-metal's gpt-oss 2D layout on a Galaxy (mesh_4x8 decode: TP=8 along a row, EP=4 down a column): a chip
+    holds a quarter of the experts, each split over the row's 8 chips, and runs them on the tokens routed to its
+    row; after the experts' combine an all-reduce down the column (4 chips) precedes the row's (8 chips). The
+    prediction takes the slowest row's experts; the rows' routing slices partition the experts' counts."""
+    import torchsim
+    from torchsim.lowering.templates.tensix.mesh_plan import tt_tp_experts_plan
+
+    pytest.importorskip("transformers")
+    data = json.loads((Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-20b.json").read_text())
+    layers = 2
+    data |= {"num_hidden_layers": layers, "layer_types": data["layer_types"][:layers]}
+    cfg = tmp_path / "gpt-oss-cut.json"
+    cfg.write_text(json.dumps(data))
+    experts, topk = data["num_local_experts"], data["num_experts_per_tok"]
+    inter, hidden = data["intermediate_size"], data["hidden_size"]
+    p = torchsim.predict(str(cfg), "galaxy", tp=8, ep=4, prompt_len=8, decode_steps=1, cache=False)
+    assert p.system == "galaxy" and p.stats["fallback_kernels"] == 0
+    layer0 = [k for k in p.kernels if k.phase == "decode" and k.layer == 0]
+    grouped = [dict(k.params) for k in layer0 if k.kind == "grouped_gemm"]
+    assert [(g["k"], g["n"], len(g["tokens_per_expert"])) for g in grouped] == \
+        [(hidden, 2 * inter // 8, experts // 4), (inter // 8, hidden, experts // 4)]
+    assert 1 <= sum(grouped[0]["tokens_per_expert"]) <= topk  # the slowest row's share of the routed experts
+    ccl = [(dict(k.params)["op"], dict(k.params)["ranks"]) for k in layer0 if k.kind == "collective"]
+    assert ccl == [("all-reduce", 8), ("all-reduce", 4), ("all-reduce", 8)]  # WO's; the column's, then the row's
+    assert any("gpt-oss 2D layout" in a for a in p.assumptions)
+    assert "expert parallel over 4 rows" in p.summary() and "per chip" in p.summary()
+    t3k = torchsim.predict(str(cfg), "wormhole-n300", tp=8, prompt_len=8, decode_steps=1, cache=False)
+    expert_bytes = layers * experts * 3 * hidden * inter * 576 / 1024 / 8  # bfp4_b, an eighth of each expert
+    assert p.stats["weight_bytes"] == pytest.approx(t3k.stats["weight_bytes"] - expert_bytes * 3 / 4, rel=0.01)
+    # the rows' slices of one decode plan's routing partition every expert's count
+    plan = _decode_plan(str(cfg))
+    rows = [tt_tp_experts_plan(plan, 8, "galaxy", ep=4, rank=r) for r in range(4)]
+    first = [next(c for c in r.calls if c.kind.value == "grouped_gemm" and c.layer == 0) for r in rows]
+    total = next(c for c in plan.calls if c.kind.value == "grouped_gemm" and c.layer == 0)
+    assert sum((c.p("tokens_per_expert") for c in first), ()) == total.p("tokens_per_expert")
+    with pytest.raises(ValueError, match="--hw galaxy --tp 8 --ep 4"):
+        torchsim.predict(str(cfg), "galaxy", tp=4, ep=8, prompt_len=8, decode_steps=1, cache=False)
+
+
+def _decode_plan(cfg: str) -> Any:
+    """The captured decode plan of an HF config (batch 1, KV 8), before any multi-chip layout."""
+    from torchsim.lowering.capture import capture_model
+    from torchsim.lowering.plan import Preset, plan_capture
+    from torchsim.prediction.pipeline import _resolve_model
+
+    _name, _cfg, module = _resolve_model(cfg, "bf16")
+    return plan_capture(capture_model(module, 1, 1, 8), Preset.parse("serving"))

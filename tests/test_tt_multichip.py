@@ -43,6 +43,7 @@ def test_system_for_picks_the_smallest_mesh_with_enough_chips() -> None:
     assert system_for("wormhole-n300", 2).name == "n300"
     assert system_for("wormhole-n300", 4).name == "t3000"
     assert system_for("blackhole-p150", 4).name == "p150x4"
+    assert system_for("wormhole-n300", 32).name == "galaxy"
     assert get_system("t3000").topology(8) == "ring" and get_system("t3000").topology(4) == "line"
     assert get_system("n300").topology(2) == "line"
 
@@ -62,6 +63,25 @@ def test_ccl_time_grows_with_size_and_hops(coll: str) -> None:
     assert small[0].time_s < small[1].time_s < small[2].time_s
     # closing the ring halves the bytes each direction carries: faster for large messages than a line of 8
     assert ccl_cost(coll, t3k, 8, 2**28).time_s < ccl_cost(coll, t3k, 8, 2**28, algorithm="line").time_s
+
+
+def test_galaxy_ccl_ops_run_along_one_axis_of_its_mesh() -> None:
+    """A Galaxy's CCL ops run along a column of 4 chips (cluster axis 0: a ring over 4 links) or a row of 8 (axis
+    1: a ring over 3 links; a line on fewer), as tt_transformers' get_num_links 'TG' (4, 3) and the gpt-oss demo's
+    rings say; no op spans the 32 chips."""
+    g = get_system("galaxy")
+    assert g.two_d and (int(g.mesh_rows.value), int(g.mesh_cols.value)) == (4, 8)
+    assert g.axis(4) == ("axis 0", True, 4) and g.axis(8) == ("axis 1", True, 3)
+    assert g.axis(2) == ("axis 1", False, 3) and g.topology(2) == "line"
+    assert not get_system("t3000").two_d and get_system("t3000").links(4) == 1  # 1D systems unchanged
+    size = 2**24
+    # a column's 4-link ring moves a large all-reduce faster than a row's 3-link ring of 8 chips, and both faster
+    # than a T3000's 1-link ring of 8
+    col, row = ccl_cost("all-reduce", g, 4, size), ccl_cost("all-reduce", g, 8, size)
+    assert col.algorithm == row.algorithm == "ring"
+    assert col.time_s < row.time_s < ccl_cost("all-reduce", get_system("t3000"), 8, size).time_s
+    with pytest.raises(CollectiveError, match=r"16 chips on galaxy's 4x8 mesh: its CCL ops run along one axis"):
+        ccl_cost("all-reduce", g, 16, 4096)
 
 
 def test_packet_granularity() -> None:
@@ -140,9 +160,10 @@ def test_llama_70b_fits_t3000_not_n150() -> None:
 @pytest.mark.parametrize(("hw", "kw", "match"), [
     ("t3000", dict(tp=6), "tp=6 does not divide the 64 query heads"),
     ("n300", dict(tp=8), r"8 chips \(max\(tp, ep\) x pp\); n300 has 2"),
-    ("wormhole-n300", dict(tp=16), r"16 chips \(max\(tp, ep\) x pp\); t3000 \(wormhole-n300\) has 8"),
+    ("wormhole-n300", dict(tp=64), r"64 chips \(max\(tp, ep\) x pp\); galaxy \(wormhole-n300\) has 32"),
+    ("wormhole-n300", dict(tp=16), r"16 chips on galaxy's 4x8 mesh: its CCL ops run along one axis"),
     ("wormhole-n150", dict(tp=2), "no built-in multi-device system has 'wormhole-n150' devices"),
-    ("t3000", dict(tp=2, pp=2), "only tensor parallelism is modelled"),
+    ("t3000", dict(tp=2, pp=2), "expert parallelism only as tt-metal's gpt-oss 2D layout on a Galaxy"),
 ])
 def test_bad_input_is_a_clear_error(hw: str, kw: dict[str, int], match: str) -> None:
     with pytest.raises((ValueError, ParallelError), match=match):

@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
         except KeyError:
             raise UsageError(f"unknown system {args.system!r}; known: {', '.join(system_names())} (a single GPU "
                              "such as h100-sxm is not a system: a collective needs several)") from None
-        ranks = args.ranks if args.ranks is not None else system.devices
+        ranks = args.ranks if args.ranks is not None else getattr(system, "ccl_ranks", system.devices)
         if args.engine == "serving" and not isinstance(system, SystemProfile):
             raise UsageError(f"--engine serving weighs a GPU serving engine's custom all-reduce; {system.name} runs "
                              "tt-metal's CCL ops (drop --engine)")

@@ -47,10 +47,13 @@ def system_device(args: argparse.Namespace) -> Any:
     system = get_system(args.hw.strip())  # a built-in system or a what-if file based on one
     others = [v for v in (getattr(args, "pp", 1), getattr(args, "ep", 1)) if isinstance(v, int)]  # serve: no pp/ep
     if args.tp == 1 and all(v == 1 for v in others):
-        tensix = type(system).__name__ == "TensixSystem"  # meshes model tensor parallelism only
+        tensix = type(system).__name__ == "TensixSystem"  # meshes model tensor parallelism (and a 2D mesh's EP)
+        most = getattr(system, "ccl_ranks", system.devices)
+        extra = (" (with --ep for an MoE model's experts over its rows)" if getattr(system, "two_d", False) else
+                 "" if tensix else " (or --pp / --ep)")
         raise UsageError(f"--hw {args.hw} is a system of {system.devices} {'chips' if tensix else 'GPUs'}: pass --tp N "
-                         f"(2..{system.devices}){'' if tensix else ' (or --pp / --ep)'} to split the model over N of "
-                         f"them, or --hw {system.device.name} for one")
+                         f"(2..{most}){extra} to split the model over N of them, or --hw {system.device.name} for "
+                         "one")
     if getattr(args, "grid", None) is not None:
         raise UsageError("--grid is a Tenstorrent option; --hw names a GPU system")
     return system.device

@@ -137,6 +137,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             raise ValueError(f"system {system!r} has {device.name} GPUs; hw is {prof.name!r}")
     else:
         prof, system = _devices(hw, max(tp, ep) * pp)
+        if ep > 1 and tp > 1 and not isinstance(prof, GpuProfile):  # a 2D Tenstorrent mesh: tp chips x ep rows
+            prof, system = _devices(hw, tp * ep * pp)
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
@@ -223,8 +225,9 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         *(("GEMM configurations autotuned by simulation (the fastest of up to 24 valid ones per shape)",)
           if tune else ()),
         *dict.fromkeys(lm.describe() for lm in lms.values()),
-        *((_tensix_layout(plans, tp, system) + "; CCL ops costed as tt-metal runs them over the Ethernet links "
-           "(torchsim.sim.ccl, traced, not overlapped); weights counted as 1/tp per chip",)
+        *((_tensix_layout(plans, tp, system, ep) + "; CCL ops costed as tt-metal runs them over the Ethernet links "
+           "(torchsim.sim.ccl, traced, not overlapped); weights counted as 1/tp per chip"
+           + (f", the experts' as 1/(tp x ep) = 1/{tp * ep}" if ep > 1 else ""),)
           if tp > 1 and not isinstance(prof, GpuProfile) else ()),
         *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
            "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
@@ -244,7 +247,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
            "count tp does not divide keep the all-reduce",) if sp and tp > 1 else ()),
         *((f"expert parallel over the {ep} tensor-parallel ranks: each holds {ep}-th of the experts whole; every MoE "
            "layer costs its slowest rank's experts (from the routing counts), the other kernels rank 0's",)
-          if ep > 1 and dp == 1 else ()),
+          if ep > 1 and dp == 1 and isinstance(prof, GpuProfile) else ()),
         *((f"expert parallel over {ep} GPUs of {system} with data-parallel attention (DeepEP-style): each rank runs "
            f"{batch // dp} of the {batch} sequences through the model and holds {ep}-th of the experts, which see "
            "every rank's tokens (routed like this rank's); an all-to-all dispatches each token's top-k copies before "
@@ -358,7 +361,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
     from torchsim.lowering.parallel import sequence_parallel, shard_plan
     from torchsim.lowering.plan import Preset, plan_capture
     from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
-    from torchsim.lowering.templates.tensix.mesh_plan import tt_shard_plan
+    from torchsim.lowering.templates.tensix.mesh_plan import tt_shard_plan, tt_tp_experts_plan
     from torchsim.lowering.templates.tensix.model_config import adapt_plan, is_tensix, tensix_weight_bytes
 
     precision, kv_dtype = WeightPrecision.of_dtype(dtype), kv_cache_dtype(kv_cache)
@@ -374,9 +377,11 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
                              f"exceeds {name}'s context of {ctx_len} tokens")
     routing = _resolve_routing(routing, cfg, batch * prompt_len)
-    if is_tensix(prof) and (ep > 1 or pp > 1 or (sp and tp > 1)):
-        raise ValueError(f"ep={ep}, pp={pp}, sp={sp}: on Tenstorrent meshes only tensor parallelism is modelled "
-                         "(tt_transformers' 1D layout); run with --tp alone")
+    if is_tensix(prof) and (pp > 1 or (sp and tp > 1) or (ep > 1 and not _tensix_2d(system, tp, ep))):
+        raise ValueError(f"ep={ep}, pp={pp}, sp={sp}: on Tenstorrent meshes tensor parallelism is modelled "
+                         "(tt_transformers' 1D layout, tt-metal's MoE layouts), and expert parallelism only as "
+                         "tt-metal's gpt-oss 2D layout on a Galaxy (--hw galaxy --tp 8 --ep 4: experts over the "
+                         "mesh's 4 rows, each split over a row's 8 chips); run with --tp alone")
     t_setup = time.perf_counter()
 
     plans: list[KernelPlan] = []
@@ -387,7 +392,12 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             plan = with_precision(plan_capture(cap, Preset.parse(preset), routing=routing,
                                                fallback=fallback == "roofline"),
                                   precision, kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
-            if ep > 1:
+            if ep > 1 and is_tensix(prof):  # a Galaxy's rows: each its own experts, the slowest row's
+                ranks = [adapt_plan(tt_tp_experts_plan(plan, tp, system, ep=ep, rank=r), prof, weights, tt_experts)
+                         for r in range(ep)]
+                budget.add(c for p in ranks for c in p.calls)
+                plan = _slowest_experts(ranks, prof, max_sim_events, workers, disk)
+            elif ep > 1:
                 ranks = [shard_plan(plan, tp, system, ep=ep, rank=r) for r in range(ep)]
                 budget.add(c for p in ranks for c in p.calls)  # _slowest_experts simulates the ranks' experts
                 plan = _slowest_experts(ranks, prof,
@@ -397,7 +407,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             elif tp > 1:
                 plan = shard_plan(plan, tp, system)
                 plan = sequence_parallel(plan, tp, system) if sp else plan
-            plan = adapt_plan(plan, prof, weights, tt_experts)  # Tensix: tt_transformers' ops, formats
+            if not (ep > 1 and is_tensix(prof)):
+                plan = adapt_plan(plan, prof, weights, tt_experts)  # Tensix: tt_transformers' ops, formats
             plans.append(_tuned(plan) if tune else plan)
             budget.add(plans[-1].calls)  # before this step's kernels are simulated (an error stops the workers)
             if len(plans) == 1 and len(scenarios) > 1:
@@ -411,9 +422,9 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
         t_plan = time.perf_counter()
         w_bytes = (tensix_weight_bytes(module, prof, weights, tt_experts)
                    or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
-        if dp > 1:  # every rank holds the whole model but only 1/ep of the experts
+        if dp > 1 or (ep > 1 and is_tensix(prof)):  # every rank (a Galaxy's row) holds only 1/ep of the experts
             experts = _expert_bytes(plans[-1])  # this rank's
-            w_bytes -= experts * (dp - 1) / pp
+            w_bytes -= experts * (ep - 1) / pp
         # before the decode steps are simulated (an error stops the prefill's workers at once)
         warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
                                        allow=allow_oversubscribe, share=mb / pp,
@@ -473,12 +484,27 @@ def _tuned(plan: KernelPlan) -> KernelPlan:
     return replace(plan, calls=calls)
 
 
-def _tensix_layout(plans: Sequence[KernelPlan], tp: int, system: str) -> str:
+def _tensix_2d(system: str, tp: int, ep: int) -> bool:
+    """Whether `system` is a 2D Tenstorrent mesh of `ep` rows of `tp` chips (tt-metal's gpt-oss 2D layout)."""
+    if not system:
+        return False
+    mesh = _mesh(system)
+    return bool(getattr(mesh, "two_d", False)) and (ep, tp) == (int(mesh.mesh_rows.value), int(mesh.mesh_cols.value))
+
+
+def _tensix_layout(plans: Sequence[KernelPlan], tp: int, system: str, ep: int = 1) -> str:
     """How a Tenstorrent mesh's plan was laid out (torchsim.lowering.templates.tensix.mesh_plan), for the
     assumptions: tt-metal's gpt-oss layout keeps grouped GEMMs (each expert split over the chips), its Mixtral
     layout a router beside dense expert GEMMs, tt_transformers' dense layout neither."""
     calls = [c for p in plans for c in p.calls]
     where = f"tensor parallel over {tp} chips of {system}"
+    if ep > 1:
+        return (f"tensor parallel over the {tp} chips of a row and expert parallel over the {ep} rows of {system} "
+                f"in tt-metal's gpt-oss 2D layout (MeshConfig mesh_4x8 decode: each row holds 1/{ep} of the experts, "
+                f"each split over the row's chips; attention replicated down the columns; after the experts' "
+                "combine an all-reduce down the column (cluster axis 0), then along the row; the slowest row's "
+                "experts; prefill laid out as decode (the demo prefills sequence-parallel over the rows, SP=4, EP=1: "
+                "not modelled); torchsim.lowering.templates.tensix.mesh_plan.tt_tp_experts_plan)")
     if any(c.kind is KernelKind.GROUPED_GEMM for c in calls):
         return (f"{where} in tt-metal's gpt-oss layout (MeshConfig mesh_1x8: residual replicated, heads and every "
                 "expert split over the chips, the router on every chip, an all-reduce after WO and after the experts; "

@@ -165,6 +165,11 @@ class Prediction:
     def to_json(self, kernels: bool = True) -> str:
         return json.dumps(self.to_dict(kernels), indent=1, default=str)
 
+    @property
+    def _device_word(self) -> str:
+        """What one rank is: a Tenstorrent chip (a prediction with tt_transformers' weight formats) or a GPU."""
+        return "chip" if self.stats.get("weights_format") else "GPU"
+
     def summary(self) -> str:
         lines = [f"{self.model} on {self.hw}: batch {self.batch}, prompt {self.prompt_len}, {self.decode_steps} "
                  f"decode steps from KV {self.kv_len} (preset {self.preset}, launch {self.launch})",
@@ -175,7 +180,7 @@ class Prediction:
             params = f"{st['params'] / 1e9:,.2f} B" if st["params"] >= 1e9 else f"{st['params'] / 1e6:,.2f} M"
             wb = st["weight_bytes"]
             weights = f"{wb / 1e9:,.2f} GB" if wb >= 1e9 else f"{wb / 1e6:,.2f} MB"
-            per = " per GPU" if max(self.tp, self.ep, self.pp) > 1 else ""
+            per = f" per {self._device_word}" if max(self.tp, self.ep, self.pp) > 1 else ""
             fmt = (f" in {st['quant']}" if st.get("quant") else  # a quantised format (lowering.quant)
                    f" in {st['weights_format']}" if st.get("weights_format") else "")  # Tensix: tt_transformers
             lines.insert(1, f"  model  {st.get('family', '?')}: {params} parameters, {weights} of weights{fmt}{per}"
@@ -185,7 +190,8 @@ class Prediction:
             gib = 2.0**30
             lines.insert(2, f"  memory {mem['weight_bytes'] / gib:,.1f} GiB weights + {mem['kv_bytes'] / gib:,.2f} "
                          f"KV + {mem['activation_bytes'] / gib:,.2f} activations = {mem['total_bytes'] / gib:,.1f} of "
-                         f"{mem['capacity_bytes'] / gib:,.1f} GiB per GPU; largest batch that fits at this context: "
+                         f"{mem['capacity_bytes'] / gib:,.1f} GiB per {self._device_word}; largest batch that fits "
+                         "at this context: "
                          f"{mem['max_batch']:,}")
         pipe = st.get("pipeline")
         if pipe:
@@ -197,8 +203,10 @@ class Prediction:
         if max(self.tp, self.ep) > 1:
             step = self.step_kernels("decode", self.sampled_steps[0]) if self.decode_steps else []
             comm = [k for k in (step or self.step_kernels("prefill")) if k.kind == "collective"]
-            how = (f"tensor parallel over {self.tp} GPUs" if self.tp > 1 else
-                   f"expert parallel over {self.ep} GPUs (data-parallel attention)")
+            dev = f"{self._device_word}s"
+            how = (f"tensor parallel over {self.tp} {dev} x expert parallel over {self.ep} rows" if self.tp > 1 and
+                   self.ep > 1 and dev == "chips" else f"tensor parallel over {self.tp} {dev}" if self.tp > 1 else
+                   f"expert parallel over {self.ep} {dev} (data-parallel attention)")
             lines.insert(1, f"  {how} of {self.system} (one rank's kernels): "
                          f"{len(comm)} collectives per {'decode step' if step else 'prefill'}, "
                          f"{sum(k.duration_us for k in comm):,.1f} us")

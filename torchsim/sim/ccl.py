@@ -1,6 +1,6 @@
 """tt-metal's CCL ops as costed operations on a Tenstorrent multi-chip system (torchsim.hwmodels.tensix.mesh):
 all-gather, reduce-scatter, all-reduce (a reduce-scatter then an all-gather over the same links) and all-to-all
-over TT-Fabric on a line or a ring of chips.
+over TT-Fabric on a line or a ring of chips (on a 2D mesh, along one of its axes: TensixSystem.axis).
 
 Sizes follow nccl-tests as torchsim.sim.collectives does (all-gather: the gathered output; reduce-scatter: the
 input; all-reduce: the tensor; all-to-all: each chip's send buffer). The time of one call over N chips:
@@ -71,7 +71,11 @@ def ccl_cost(collective: str, system: TensixSystem, ranks: int, nbytes: int, *, 
                               f"{PROTOCOL}")
     if ranks == 1:
         return CollectiveCost(coll, system.name, 1, nbytes, "local", "-", 0.0, 0.0, 0.0, 0.0, 0, 0.0, eager)
-    topo = system.topology(ranks)
+    try:
+        _axis, ring, links = system.axis(ranks)
+    except ValueError as exc:
+        raise CollectiveError(str(exc)) from None
+    topo = "ring" if ring else "line"
     if algorithm is not None:
         want = algorithm.strip().lower()
         if want not in ("line", "ring") or (want == "ring" and topo != "ring"):
@@ -79,7 +83,6 @@ def ccl_cost(collective: str, system: TensixSystem, ranks: int, nbytes: int, *, 
                                   f"{system.name}; available: {', '.join(sorted({'line', topo}))}")
         topo = want
     dirs = 2 if topo == "ring" else 1
-    links = int(system.ccl_links.value)
     invoke, step, eff = system.op_numbers(coll, topo)
     steps = ranks / 2 if topo == "ring" else ranks - 1
     latency = invoke + steps * (step + float(system.hop_latency_s.value))

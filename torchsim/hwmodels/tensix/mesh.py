@@ -3,6 +3,9 @@
     n300     Wormhole n300 card: its 2 Wormhole chips over the on-board Ethernet, a line of 2
     t3000    TT-LoudBox / QuietBox (Wormhole), "T3K": 4 n300 cards = 8 Wormhole chips in a 2x4 mesh; the CCL ops
              run a ring of 8 over it (a line on a submesh of fewer chips)
+    galaxy   Wormhole Galaxy ("TG"): 32 Wormhole chips in a 4x8 mesh whose CCL ops run along one axis at a time
+             (`cluster_axis`): a ring of the 4 chips of a column over 4 links, a ring of the 8 chips of a row
+             over 3 links
     p150x4   TT-QuietBox (Blackhole): 4 Blackhole p150 cards, a line of 4 over their QSFP-DD Ethernet
              (p150x4-launch: the same with the cards' launch firmware, 140 Tensix, as mid-2025 measurements ran)
 
@@ -33,6 +36,9 @@ TT_CCL_WH = ("github tenstorrent/tt-metal tech_reports/CCLs/results/SUMMARY_worm
 TT_CCL_PY = "github tenstorrent/tt-metal models/tt_transformers/tt/ccl.py @ 013eaee3562e01c1731618baa33e633da43542af"
 TT_TOPOLOGY = ("tt-metal models/tt_transformers/tt/model_config.py ModelArgs.ccl_topology: Ring for 8 devices on a "
                "T3K or Galaxy, Linear for every other multi-chip mesh")
+GPT_OSS_MESH = ("github tenstorrent/tt-metal models/demos/gpt_oss/config.py (mesh_4x8: decode TP=8 along the "
+                "columns, EP=4 along the rows); docs/moe_mlp_quick_reference.md: 'Device Mesh 4x8', all-to-all "
+                "along axis 0 and all-reduce along axis 1 as rings")
 README_LLM = ("github tenstorrent/tt-metal README.md 'LLMs' table (version marked 'Last Update: June 23, 2025', "
               "code-index file id 3963056081)")
 
@@ -66,12 +72,19 @@ class TensixSystem:
     ring_step_s: tuple[Quantity, ...]
     line_efficiency: tuple[Quantity, ...]
     ring_efficiency: tuple[Quantity, ...]
+    # A 2D mesh whose CCL ops run along one axis at a time (tt-metal's cluster_axis): axis 1 is a row of mesh_cols
+    # chips (`ring`, `ccl_links`), axis 0 a column of mesh_rows chips (these two). None: the CCL ops run over the
+    # system's chips as one line or ring (a T3000's 2x4 mesh is a ring of 8)
+    axis0_links: Quantity | None = None
+    axis0_ring: bool = False
 
     def __post_init__(self) -> None:
         for name, q in self.quantities().items():
             if q.value < 0:
                 raise ValueError(f"system {self.name!r}: field {name} is negative ({q.value} {q.unit})")
-        for name in ("device_count", "mesh_rows", "mesh_cols", "ccl_links"):
+        for name in ("device_count", "mesh_rows", "mesh_cols", "ccl_links", "axis0_links"):
+            if getattr(self, name) is None:
+                continue
             v = getattr(self, name).value
             if v < 1 or v != int(v):
                 raise ValueError(f"system {self.name!r}: field {name} must be a whole number >= 1, got {v:g}")
@@ -116,9 +129,41 @@ class TensixSystem:
         """A chip's line rate into the CCL axis, per direction of travel: its CCL links, both ways round a ring."""
         return float(self.ccl_links.value) * float(self.link_bytes_per_s.value) * (2 if self.ring else 1)
 
+    @property
+    def two_d(self) -> bool:
+        """Whether the CCL ops run along one mesh axis at a time (`axis0_links`)."""
+        return self.axis0_links is not None
+
+    @property
+    def ccl_ranks(self) -> int:
+        """The most chips one CCL op spans: a row of a 2D mesh, else every chip."""
+        return int(self.mesh_cols.value) if self.two_d else self.devices
+
+    def axis(self, ranks: int) -> tuple[str, bool, int]:
+        """(which chips, ring, CCL links) a CCL op over `ranks` chips runs on: every chip of a 1D system (a line
+        on fewer); on a 2D mesh a column of mesh_rows chips (axis 0) or a row of mesh_cols (axis 1; a line on
+        fewer). A ring closes only over the whole line of chips, of more than 2. A count that is no axis of a 2D
+        mesh is a ValueError naming the axes."""
+        rows, cols = int(self.mesh_rows.value), int(self.mesh_cols.value)
+        if not 1 <= ranks <= self.devices:
+            raise ValueError(f"{ranks} chips on {self.name}, which has {self.devices}")
+        if not self.two_d:
+            return "chips", self.ring and ranks == self.devices and ranks > 2, int(self.ccl_links.value)
+        if ranks == rows and ranks != cols:
+            assert self.axis0_links is not None
+            return "axis 0", self.axis0_ring and ranks > 2, int(self.axis0_links.value)
+        if ranks <= cols:
+            return "axis 1", self.ring and ranks == cols and ranks > 2, int(self.ccl_links.value)
+        raise ValueError(f"{ranks} chips on {self.name}'s {rows}x{cols} mesh: its CCL ops run along one axis, a "
+                         f"column of {rows} chips (cluster axis 0) or a row of up to {cols} (cluster axis 1)")
+
     def topology(self, ranks: int) -> str:
-        """The topology the CCL ops use over `ranks` chips: a ring only across every chip of a ring system."""
-        return "ring" if self.ring and ranks == self.devices and ranks > 2 else "line"
+        """The topology the CCL ops use over `ranks` chips (`axis`): "ring" or "line"."""
+        return "ring" if self.axis(ranks)[1] else "line"
+
+    def links(self, ranks: int) -> int:
+        """The links per direction between neighbours a CCL op over `ranks` chips uses (`axis`)."""
+        return self.axis(ranks)[2]
 
     def op_numbers(self, op: str, topology: str) -> tuple[float, float, float]:
         """(fixed cost per call s, cost per step s, transfer efficiency) of CCL op `op` on `topology`."""
@@ -147,7 +192,7 @@ class TensixSystem:
         return out
 
     def numbers_hash(self) -> str:
-        blob = json.dumps({"device": self.device.numbers_hash(), "ring": self.ring,
+        blob = json.dumps({"device": self.device.numbers_hash(), "ring": self.ring, "axis0_ring": self.axis0_ring,
                            **{k: [q.value, q.unit] for k, q in self.quantities().items()}}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -255,10 +300,31 @@ def _p150x4(firmware: BlackholeFirmware = BlackholeFirmware.FW_19_5) -> TensixSy
         hop_latency_s=_BH_HOP, **_PACKET, **_ccl_numbers(_BH_HOP, "Blackhole"))
 
 
+def _galaxy() -> TensixSystem:
+    chip = wormhole_n300()
+    return TensixSystem(
+        name="galaxy", description="Tenstorrent Wormhole Galaxy ('TG'): 32 Wormhole B0 chips (12 GB GDDR6 each) in a "
+        "4x8 Ethernet mesh; CCL ops run along one axis: a ring of a column's 4 chips over 4 links, a ring of a row's "
+        "8 over 3 (a line on fewer). Each chip is modelled as an n300 chip computing on the 8x8 grid tt_transformers "
+        "uses on Wormhole (assumed: Galaxy's chips enable 80 Tensix, which tt-metal's Galaxy-only models use beyond "
+        "8x8)", device=chip, ring=True,
+        device_count=doc(32, "chips", F.fact(F.WH, "grid.tensix_enabled_by_product") + " (Galaxy = 32 x 80)"),
+        mesh_rows=doc(4, "chips", GPT_OSS_MESH + ": mesh_4x8() = MeshConfig((4, 8), ...): 4 rows"),
+        mesh_cols=doc(8, "chips", GPT_OSS_MESH + ": mesh_4x8() = MeshConfig((4, 8), ...): 8 columns"),
+        link_bytes_per_s=_WH_LINK,
+        ccl_links=doc(3, "links", TT_CCL_PY + " get_num_links: 'TG': (4, 3): 3 links along cluster axis 1 (a row)"),
+        hop_latency_s=_WH_HOP, **_PACKET, **_ccl_numbers(_WH_HOP, "wormhole"),
+        axis0_links=doc(4, "links", TT_CCL_PY + " get_num_links: 'TG': (4, 3): 4 links along cluster axis 0 (a "
+                        "column)"),
+        axis0_ring=True)
+
+
 n300 = _n300()
 t3000 = _t3000()
+galaxy = _galaxy()
 p150x4 = _p150x4()
 p150x4_launch = _p150x4(BlackholeFirmware.LAUNCH)  # the chips as mid-2025 measurements ran them
-TENSIX_SYSTEMS: dict[str, TensixSystem] = {s.name: s for s in (n300, t3000, p150x4, p150x4_launch)}
+TENSIX_SYSTEMS: dict[str, TensixSystem] = {s.name: s for s in (n300, t3000, galaxy, p150x4, p150x4_launch)}
 
-__all__ = ["OPS", "TENSIX_SYSTEMS", "TOPOLOGIES", "TensixSystem", "n300", "p150x4", "p150x4_launch", "t3000"]
+__all__ = ["OPS", "TENSIX_SYSTEMS", "TOPOLOGIES", "TensixSystem", "galaxy", "n300", "p150x4", "p150x4_launch",
+           "t3000"]

@@ -153,7 +153,7 @@ def _norm(c: KernelCall, tp: int, system: str, phase: str) -> list[KernelCall]:
     return [*out, _collective("all-gather", full, tp, system, c), norm]
 
 
-def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
+def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int = 0) -> KernelPlan:
     """What one chip of `tp` runs for an MoE model in tt-metal's gpt-oss layout on a 1 x N mesh (models/demos/
     gpt_oss/config.py mesh_1x8: decode TP=8, EP=1; prefill TP=8, SP=1): the residual stream replicated; attention's
     heads split over the chips (QKV column-parallel, WO row-parallel) and every expert split tensor-parallel (its
@@ -161,15 +161,36 @@ def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str) -> KernelPlan:
     an all-reduce (MeshConfig.allreduce: ttnn.all_reduce) after WO and after the experts' combine. The layout is the
     Megatron one torchsim's GPU tensor parallelism lays out (lowering.parallel.shard_plan), whose collectives a
     Tenstorrent system costs as tt-metal's CCL ops; the chip's expert matmuls take ttnn's own program configs (the
-    demo's sparse_matmul configs are tuned for one p150's unsplit shapes)."""
-    from torchsim.lowering.parallel import shard_plan
+    demo's sparse_matmul configs are tuned for one p150's unsplit shapes).
+
+    `ep` > 1 is the demo's 2D layout (mesh_4x8: decode TP=8 along a row, EP=4 along a column): the chips of row
+    `rank` hold 1/ep of the experts, each still split over the row's `tp` chips, and run them on the tokens routed
+    to them (`rank`'s slice of the routing counts; every row sees every token: attention is replicated down the
+    column); after the experts' combine an all-reduce over the column's `ep` chips (experts/operations.py
+    apply_expert_parallel_allreduce, cluster axis 0) sums the rows' partial outputs, then the row's all-reduce
+    (apply_tensor_parallel_allreduce). The rows differ only in their experts: the prediction takes the slowest
+    row's (pipeline._slowest_experts)."""
+    from torchsim.lowering.parallel import _expert_slice, shard_plan
 
     _check_heads(plan, tp)
+    if not 0 <= rank < ep:
+        raise ParallelError(f"rank {rank} is not one of the {ep} expert-parallel rows")
     sharded = shard_plan(plan, tp, system)
-    # a serving engine's custom all-reduce (a GPU kernel) has no Tenstorrent counterpart: ttnn's CCL op runs
-    calls = tuple(replace(c, params=tuple((k, v) for k, v in c.params if k != "custom_ar"))
-                  if c.kind is KernelKind.COLLECTIVE else c for c in sharded.calls)
-    return replace(sharded, calls=calls)
+    calls: list[KernelCall] = []
+    moe = {c.layer for c in plan.calls if c.kind is KernelKind.GROUPED_GEMM}
+    for c in sharded.calls:
+        if c.kind is KernelKind.COLLECTIVE:
+            # a serving engine's custom all-reduce (a GPU kernel) has no Tenstorrent counterpart: ttnn's CCL op runs
+            c = replace(c, params=tuple((k, v) for k, v in c.params if k != "custom_ar"))
+            if ep > 1 and c.layer in moe and calls and calls[-1].kind is KernelKind.REDUCE:  # the experts' combine
+                calls.append(replace(c.with_params(ranks=ep), name=f"{calls[-1].name}.expert_parallel.all-reduce"))
+        elif ep > 1 and c.kind is KernelKind.GROUPED_GEMM:
+            c = _set(c, tokens_per_expert=_expert_slice(c, ep, rank))
+        elif ep > 1 and c.kind is KernelKind.SILU_MUL and c.layer in moe and ".experts" in c.name:
+            grouped = next(x for x in reversed(calls) if x.kind is KernelKind.GROUPED_GEMM)
+            c = _set(c, rows=sum(grouped.p("tokens_per_expert")))
+        calls.append(c)
+    return replace(sharded, calls=tuple(calls))
 
 
 ROUTER_COLS = 64  # ttnn.topk's smallest row: Mixtral's 8 gate columns padded to 64 (mixtral_moe.py)

@@ -274,12 +274,14 @@ def dense_prefill_experts(calls: tuple[KernelCall, ...]) -> tuple[KernelCall, ..
     """A prefill's MoE layers as tt-metal runs them on Tensix (models/demos/gpt_oss/tt/experts/prefill.py, the
     generic experts module): its sparse_matmuls take an all-ones prefill sparsity ("all experts active in
     prefill"), so every expert multiplies every token and the SwiGLU and the routing-weight combine run over all
-    E copies; the routing weights zero what the router did not pick. Decode reads the router's sparsity (the
-    routed experts only). Layers without a fused top-k router kernel (the token count unknown) keep their routing."""
+    E copies (the chip's experts: a 2D mesh's row holds 1/ep of them); the routing weights zero what the router did
+    not pick. Decode reads the router's sparsity (the routed experts only). Layers without a fused top-k router
+    kernel (the token count unknown) keep their routing."""
     grouped = {c.layer for c in calls if c.kind is KernelKind.GROUPED_GEMM}  # (a layout that ran its experts as
     # dense GEMMs already, the Mixtral T3000 one, has none)
-    routers = {c.layer: (int(c.p("tokens")), int(c.p("experts"))) for c in calls
-               if c.kind is KernelKind.ROUTER_TOPK and c.layer in grouped}  # layer -> (tokens, experts)
+    local = {c.layer: len(c.p("tokens_per_expert")) for c in calls if c.kind is KernelKind.GROUPED_GEMM}
+    routers = {c.layer: (int(c.p("tokens")), local[c.layer]) for c in calls
+               if c.kind is KernelKind.ROUTER_TOPK and c.layer in grouped}  # layer -> (tokens, the chip's experts)
     out: list[KernelCall] = []
     for c in calls:
         tokens, experts = routers.get(c.layer, (0, 0))
