@@ -283,6 +283,10 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
              **entry.facts, **({"quant": fmt.name} if fmt is not None else {})}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}
+    if callable(getattr(prof, "launch_model", None)):  # a device with its own dispatch (Tensix): what ran, per phase
+        modes = [lms[ph].mode for ph in ("decode", "prefill")]
+        bare = {m.split(" (")[0] for m in modes}
+        launch = bare.pop() if len(bare) == 1 else ", ".join(modes)
     return Prediction(model=name, hw=prof.name, preset=preset, launch=launch, batch=batch,
                       prompt_len=prompt_len, decode_steps=decode_steps, kv_len=kv0, ttft_s=ttft,
                       decode_step_s=tuple(float(x) for x in step_s), sampled_steps=tuple(samples),
