@@ -26,7 +26,13 @@ from typing import Any
 
 import torchsim.prediction.pipeline as api
 from torchsim.hwmodels import get_profile
-from torchsim.lowering.templates.tensix.model_config import KV_CACHE, MODES, SDPA_FIDELITY, WeightMode
+from torchsim.lowering.templates.tensix.model_config import (
+    KV_CACHE,
+    MODES,
+    SDPA_FIDELITY,
+    WeightMode,
+    model_precision,
+)
 
 CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_dev.csv"
 TT_CSV = Path(__file__).resolve().parents[1] / "torchsim" / "validation" / "tenstorrent_published.csv"
@@ -148,6 +154,11 @@ def configuration() -> list[str]:
         lines.append(f"  {mode.value:<11}: {roles}")
     lines += [f"  KV cache {KV_CACHE.name.lower()}; SDPA decode {SDPA_FIDELITY['decode'].label}, prefill "
               f"{SDPA_FIDELITY['prefill'].label}; activations bf16",
+              "  per model (ModelOptimizations): performance " + model_precision(WeightMode.PERFORMANCE,
+                                                                                  "Qwen2.5-7B").rule
+              + "; accuracy " + model_precision(WeightMode.ACCURACY, "Llama-3.1-70B").rule + "; accuracy, models "
+              "other than Llama-3 / Mistral-7B / Phi-3-mini: " + model_precision(WeightMode.ACCURACY, "Qwen3-8B").rule
+              .split(" (")[0],
               "  decode: metal trace; every matmul DRAM-sharded (one worker core per DRAM bank: 12 on Wormhole, 8 on "
               "Blackhole; activation width-sharded on 32 (attention) / 64 (MLP, LM head) cores); LM head in splits "
               "of 668 columns per lm_head core (WH: 42752 at 64 cores for dim 4096) / 16032 (BH) columns",

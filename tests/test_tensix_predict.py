@@ -389,3 +389,53 @@ def _decode_plan(cfg: str) -> Any:
 
     _name, _cfg, module = _resolve_model(cfg, "bf16")
     return plan_capture(capture_model(module, 1, 1, 8), Preset.parse("serving"))
+
+
+def test_model_precision_follows_tt_transformers_branches_per_model() -> None:
+    """ModelOptimizations picks formats per model: Qwen2.5-7B's performance mode keeps BF16 attention and KV cache
+    at HiFi4 with BFP8 MLPs; the 70B-class models keep BFP4 MLPs in accuracy mode; models outside the Llama-3 /
+    Mistral-7B / Phi-3-mini branch run BF16 attention in accuracy mode; torchsim's own names meet tt's."""
+    from torchsim.hwmodels.tensix.formats import MathFidelity
+    from torchsim.lowering.templates.tensix.model_config import Role, WeightMode, model_precision, tt_base_name
+
+    perf, acc = WeightMode.PERFORMANCE, WeightMode.ACCURACY
+    assert tt_base_name("Qwen/Qwen2.5-7B-Instruct") == "Qwen2.5-7B" and tt_base_name(None) == ""
+    llama = model_precision(perf, "llama3.1-8b")
+    assert llama == model_precision(perf) and llama.roles[Role.FF1_FF3].weights is DType.BFP4_B
+    qwen = model_precision(perf, "Qwen2.5-7B-Instruct")
+    assert {r: qwen.roles[r].weights for r in (Role.WQKV, Role.WO, Role.FF1_FF3, Role.FF2)} == {
+        Role.WQKV: DType.BF16, Role.WO: DType.BF16, Role.FF1_FF3: DType.BFP8_B, Role.FF2: DType.BFP8_B}
+    assert qwen.kv_cache is DType.BF16 and set(qwen.sdpa.values()) == {MathFidelity.HIFI4}
+    assert qwen.roles[Role.WQKV].fidelity is MathFidelity.HIFI4 and "BF16 attention" in qwen.rule
+    assert model_precision(acc, "llama3.1-70b").roles[Role.FF1_FF3].weights is DType.BFP4_B
+    assert model_precision(acc, "llama3.1-8b").roles[Role.FF1_FF3].weights is DType.BFP8_B
+    assert model_precision(acc, "Qwen3-8B").kv_cache is DType.BF16
+    assert model_precision(acc, "llama3.1-8b").kv_cache is DType.BFP8_B
+
+
+def test_qwen2_5_7b_runs_its_own_formats_on_tensix(tmp_path: Path) -> None:
+    """A prediction names the model's branch and runs its formats: Qwen2.5-7B (its config, cut to 2 layers) reads
+    bf16 QKV and KV cache and bfp8 FF1/FF3 in decode; the same config under another name takes the default
+    performance formats (bfp4 FF1/FF3), with fewer weight bytes and a faster decode step."""
+    import torchsim
+
+    pytest.importorskip("transformers")
+    data = json.loads((Path(__file__).parent / "data" / "hf_configs" / "qwen2.5-7b.json").read_text())
+    data |= {"num_hidden_layers": 2}
+    runs = {}
+    for name in ("qwen2.5-7b", "some-qwen2-7b"):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps(data))
+        runs[name] = torchsim.predict(str(cfg), "wormhole-n150", prompt_len=32, decode_steps=1, cache=False)
+    qwen, other = runs["qwen2.5-7b"], runs["some-qwen2-7b"]
+
+    def fmt(p: Any, suffix: str) -> str:
+        k = next(k for k in p.kernels if k.phase == "decode" and k.name.endswith(suffix))
+        return str(dict(k.params).get("in1_dtype") or dict(k.params).get("kv_dtype"))
+
+    assert (fmt(qwen, "q_proj+k_proj+v_proj"), fmt(qwen, ".w1"), fmt(qwen, "self_attn")) == ("bf16", "bfp8_b", "bf16")
+    assert (fmt(other, "q_proj+k_proj+v_proj"), fmt(other, ".w1"), fmt(other, "self_attn")) == \
+        ("bfp8_b", "bfp4_b", "bfp8_b")
+    assert "(qwen2.5-7b: BF16 attention and KV cache at HiFi4, BFP8 MLP)" in qwen.summary()
+    assert qwen.stats["weight_bytes"] > other.stats["weight_bytes"]
+    assert qwen.tpot_s > other.tpot_s

@@ -397,8 +397,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                                                fallback=fallback == "roofline"),
                                   precision, kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
             if ep > 1 and is_tensix(prof):  # a Galaxy's rows: each its own experts, the slowest row's
-                ranks = [adapt_plan(tt_tp_experts_plan(plan, tp, system, ep=ep, rank=r), prof, weights, tt_experts)
-                         for r in range(ep)]
+                ranks = [adapt_plan(tt_tp_experts_plan(plan, tp, system, ep=ep, rank=r), prof, weights, tt_experts,
+                                    name) for r in range(ep)]
                 budget.add(c for p in ranks for c in p.calls)
                 plan = _slowest_experts(ranks, prof, max_sim_events, workers, disk)
             elif ep > 1:
@@ -412,7 +412,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                 plan = shard_plan(plan, tp, system)
                 plan = sequence_parallel(plan, tp, system) if sp else plan
             if not (ep > 1 and is_tensix(prof)):
-                plan = adapt_plan(plan, prof, weights, tt_experts)  # Tensix: tt_transformers' ops, formats
+                plan = adapt_plan(plan, prof, weights, tt_experts, name)  # Tensix: tt_transformers' ops, formats
             plans.append(_tuned(plan) if tune else plan)
             budget.add(plans[-1].calls)  # before this step's kernels are simulated (an error stops the workers)
             if len(plans) == 1 and len(scenarios) > 1:
@@ -424,7 +424,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                 if bg.started or bg.workers > 1:
                     bg.submit(todo)
         t_plan = time.perf_counter()
-        w_bytes = (tensix_weight_bytes(module, prof, weights, tt_experts)
+        w_bytes = (tensix_weight_bytes(module, prof, weights, tt_experts, name)
                    or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
         if dp > 1 or (ep > 1 and is_tensix(prof)):  # every rank (a Galaxy's row) holds only 1/ep of the experts
             experts = _expert_bytes(plans[-1])  # this rank's
@@ -439,7 +439,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
         bg.wait(needed={c.key() for p in plans for c in p.calls})
     entry = PlanEntry(name=name, preset=preset, fp8=precision is WeightPrecision.FP8, kv_dtype=kv_dtype, fmt=fmt,
                       keep=keep, plans=tuple(StepPlan(p.calls, p.proofs) for p in plans), weight_bytes=w_bytes,
-                      facts={**_model_facts(cfg, module, kv_dtype), **_tensix_formats(prof, weights, tt_experts)},
+                      facts={**_model_facts(cfg, module, kv_dtype), **_tensix_formats(prof, weights, tt_experts, name)},
                       approximations=tuple(getattr(cfg, "approximations", ())), layers=_layers(cfg))
     return entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan
 
@@ -523,16 +523,19 @@ def _tensix_layout(plans: Sequence[KernelPlan], tp: int, system: str, ep: int = 
             "torchsim.lowering.templates.tensix.mesh_plan)")
 
 
-def _tensix_formats(prof: Any, weights: str | None, experts: Any) -> dict[str, str]:
+def _tensix_formats(prof: Any, weights: str | None, experts: Any, model: str | None = None) -> dict[str, str]:
     """On a Tensix profile, the formats its weights are stored in (the summary's model line): tt_transformers'
-    per-role formats of the weights mode, and the experts' format an MXFP4 checkpoint fixes."""
-    from torchsim.lowering.templates.tensix.model_config import WeightMode, is_tensix
+    per-role formats of the weights mode (and the model's own branch of them), and the experts' format an MXFP4
+    checkpoint fixes."""
+    from torchsim.lowering.templates.tensix.model_config import WeightMode, is_tensix, model_precision
 
     if not is_tensix(prof):
         return {}
-    mode = WeightMode.parse(weights).value
-    extra = f"; experts {experts.name.lower()} (mxfp4 checkpoint)" if experts is not None else ""
-    return {"weights_format": f"tt_transformers {mode} formats{extra}"}
+    mode = WeightMode.parse(weights)
+    rule = model_precision(mode, model).rule
+    extra = f" ({rule})" if rule else ""
+    extra += f"; experts {experts.name.lower()} (mxfp4 checkpoint)" if experts is not None else ""
+    return {"weights_format": f"tt_transformers {mode.value} formats{extra}"}
 
 
 def _model_facts(cfg: Any, module: Any, kv_dtype: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ plan; GPU plans pass through unchanged. Source of every setting: tt-metal models
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -75,6 +76,66 @@ MODES: dict[WeightMode, dict[Role, Precision]] = {
 }
 KV_CACHE = DType.BFP8_B  # TensorGroup.KV_CACHE: bfp8 in both modes for Llama 3
 SDPA_FIDELITY = {"decode": MathFidelity.HIFI2, "prefill": MathFidelity.HIFI4}  # OpGroup.SDPA_DECODE / _PREFILL
+
+# Models ModelOptimizations treats apart (tt_transformers model_config.py, by get_base_model_name: the name up to
+# its size, "Qwen2.5-7B-Instruct" -> "Qwen2.5-7B"):
+BF16_ATTENTION_PERF = ("Qwen2.5-7B", "Qwen2.5-VL-7B")  # performance: "degraded under standard high-performance
+# settings, using BF16 attention and BFP8 MLP" (WQKV, WO, KV cache bf16; QKV/O linears and SDPA at HiFi4)
+LARGE_BFP4_ACC = ("Llama-3.1-70B", "Llama-3.2-90B", "DeepSeek-R1-Distill-Llama-70B", "Qwen2.5-72B")  # accuracy
+# mode keeps BFP4 MLPs at LoFi ("large models test insensitive precision")
+BFP8_ATTENTION_ACC = ("Llama-3", "Mistral-7B", "Phi-3-mini", "phi-4",  # accuracy: BFP8 attention and KV cache
+                      "Mixtral")  # (name prefixes; Mixtral runs tt-metal's own T3000 demo, bfloat8_b attention and
+# KV cache in its model_config, not ModelOptimizations); every other model's accuracy mode runs BF16 attention and
+# KV cache at HiFi4
+_BF16_HIFI4 = Precision(DType.BF16, MathFidelity.HIFI4, True)  # compute_kernel_config_hifi4 (fp32 dest acc)
+
+
+@dataclass(frozen=True)
+class ModelPrecision:
+    """What one of tt_transformers' modes gives a model: each weight role's format and fidelity, the KV cache's
+    format, SDPA's fidelity per phase, and which of ModelOptimizations' branches that is (`rule`)."""
+
+    roles: dict[Role, Precision]
+    kv_cache: DType
+    sdpa: dict[str, MathFidelity]
+    rule: str
+
+
+def tt_base_name(model: str | None) -> str:
+    """tt_transformers' get_base_model_name of a model name: the organisation dropped and the name cut after its
+    size ("Qwen/Qwen2.5-7B-Instruct" -> "Qwen2.5-7B"); "" for None."""
+    name = str(model or "").strip().rsplit("/", 1)[-1]
+    m = re.match(r"(.*?\d+(?:\.\d+)?[bB])(?:-|$)", name)
+    return m.group(1) if m else name
+
+
+def _key(name: str) -> str:
+    """A name without case and separators, so torchsim's names meet tt_transformers' ("llama3.1-70b" and
+    "Llama-3.1-70B" are both "llama3170b")."""
+    return re.sub(r"[-_. ]", "", name.lower())
+
+
+def model_precision(mode: WeightMode, model: str | None = None) -> ModelPrecision:
+    """ModelOptimizations.performance / .accuracy for `model` (a model name; None, or a name without a size such
+    as torchsim's llama-tiny: the Llama-3 rules)."""
+    if not re.search(r"\d[bB]", tt_base_name(model)):
+        model = None
+    base = _key(tt_base_name(model))
+    bf16_attention = {Role.WQKV: _BF16_HIFI4, Role.WO: _BF16_HIFI4}
+    hifi4 = {"decode": MathFidelity.HIFI4, "prefill": MathFidelity.HIFI4}
+    if mode is WeightMode.PERFORMANCE and base in (_key(n) for n in BF16_ATTENTION_PERF):
+        roles = {**MODES[WeightMode.ACCURACY], **bf16_attention}
+        return ModelPrecision(roles, DType.BF16, hifi4, f"{tt_base_name(model)}: BF16 attention and KV cache at "
+                                                        "HiFi4, BFP8 MLP")
+    if mode is WeightMode.ACCURACY and model is not None:
+        if base in (_key(n) for n in LARGE_BFP4_ACC):
+            return ModelPrecision(dict(MODES[WeightMode.PERFORMANCE]), KV_CACHE, dict(SDPA_FIDELITY),
+                                  f"{tt_base_name(model)}: BFP4 MLP even in accuracy mode")
+        if not base.startswith(tuple(_key(n) for n in BFP8_ATTENTION_ACC)):
+            roles = {**MODES[WeightMode.ACCURACY], **bf16_attention}
+            return ModelPrecision(roles, DType.BF16, hifi4, "BF16 attention and KV cache at HiFi4 (not a Llama-3, "
+                                                            "Mistral-7B or Phi-3-mini model)")
+    return ModelPrecision(dict(MODES[mode]), KV_CACHE, dict(SDPA_FIDELITY), "")
 PREFILL_GRID = "8x8"  # find_prefill_grid(8, ...) and SDPAProgramConfig(compute_with_storage_grid_size=(8, 8))
 DECODE_ROWS = 32  # tile_padded_batch_rows: decode matmuls run DRAM-sharded for up to 32 users
 
@@ -94,10 +155,6 @@ def role_of(name: str) -> Role | None:
         if any(p in keys for p in parts):
             return role
     return None
-
-
-def precision(mode: WeightMode, role: Role) -> Precision:
-    return MODES[mode][role]
 
 
 # Rows one program pass of a prefill matmul covers (tenstorrent/tt-metal models/tt_transformers/tt/model_config.py):
@@ -193,20 +250,22 @@ def expert_program_config(call: KernelCall, phase: str) -> dict[str, Any]:
     return {"program_config": program_config_param(cfg)}
 
 
-def configure(call: KernelCall, mode: WeightMode, phase: str, cutoff: int = 1024, role: Role | None = None,
-              experts: DType | None = None) -> KernelCall:
+def configure(call: KernelCall, mode: WeightMode | ModelPrecision, phase: str, cutoff: int = 1024,
+              role: Role | None = None, experts: DType | None = None) -> KernelCall:
     """Tensix params of one call: weight format, fidelity and matmul program of its role; KV format for attention.
-    `cutoff`: the chip's prefill_len_cutoff (`prefill_len_cutoff`); `role` a grouped GEMM's (EXPERT_ROLES);
-    `experts`: the experts' weight format when a checkpoint fixes it (MXFP4_EXPERTS), instead of the role's."""
+    `mode`: the weights mode, or what it gives the model (`model_precision`); `cutoff`: the chip's
+    prefill_len_cutoff (`prefill_len_cutoff`); `role` a grouped GEMM's (EXPERT_ROLES); `experts`: the experts'
+    weight format when a checkpoint fixes it (MXFP4_EXPERTS), instead of the role's."""
+    mp = mode if isinstance(mode, ModelPrecision) else model_precision(mode)
     if call.kind is KernelKind.GROUPED_GEMM and role is not None:
-        p = precision(mode, role) if experts is None else Precision(experts, default_fidelity(experts), False)
+        p = mp.roles[role] if experts is None else Precision(experts, default_fidelity(experts), False)
         extra_g: dict[str, Any] = {"in1_dtype": p.weights.name.lower(), "fidelity": p.fidelity.label}
         return with_params(call, **extra_g, **expert_program_config(call, phase))
     if call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
         role = role_of(call.name)
         if role is None:
             return call
-        p = precision(mode, role)
+        p = mp.roles[role]
         extra: dict[str, Any] = {"in1_dtype": p.weights.name.lower(), "fidelity": p.fidelity.label}
         if call.p("program_config", ()):  # a layout that names the model's own program config (mesh_plan's MoE
             # layout): its config and math fidelity stand, the role gives the weights' format
@@ -225,7 +284,7 @@ def configure(call: KernelCall, mode: WeightMode, phase: str, cutoff: int = 1024
         ph = "decode" if call.kind is KernelKind.ATTENTION_DECODE else "prefill"
         # SDPAProgramConfig uses an 8x8 grid: the whole compute grid on Wormhole; on Blackhole the model keeps the
         # chip's grid (the flash templates place CTAs by engine core, not by a sub-grid)
-        return with_params(call, kv_dtype=KV_CACHE.name.lower(), fidelity=SDPA_FIDELITY[ph].label)
+        return with_params(call, kv_dtype=mp.kv_cache.name.lower(), fidelity=mp.sdpa[ph].label)
     return call
 
 
@@ -234,8 +293,10 @@ def is_tensix(hw: Any) -> bool:
     return getattr(arch, "name", "") == "TENSIX"
 
 
-def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None, experts: DType | None = None) -> KernelPlan:
-    """The plan as tt_transformers runs it on a Tensix `hw` (GPU plans unchanged; `weights` is an error there).
+def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None, experts: DType | None = None,
+               model: str | None = None) -> KernelPlan:
+    """The plan as tt_transformers runs it on a Tensix `hw` (GPU plans unchanged; `weights` is an error there), in
+    the formats its weights mode gives `model` (a model name: `model_precision`; None: the Llama-3 rules).
     A layer's grouped GEMMs (MoE experts on one chip) take the roles EXPERT_ROLES in turn, or `experts` as their
     weight format (an MXFP4 checkpoint: MXFP4_EXPERTS).
 
@@ -252,7 +313,7 @@ def adapt_plan(plan: KernelPlan, hw: Any, weights: str | None = None, experts: D
                              f"Tenstorrent profiles only; {getattr(hw, 'name', hw)} runs the model's dtype "
                              "(use dtype='fp8' for FP8 weights on GPUs)")
         return plan
-    mode = WeightMode.parse(weights)
+    mode = model_precision(WeightMode.parse(weights), model)
     cutoff = prefill_len_cutoff(hw)
     seen: dict[int | None, int] = {}  # grouped GEMMs of each layer so far
 
@@ -327,19 +388,20 @@ def lm_head_split_cols(hw: Any, kt: int) -> int:
     return 668 * lm_head_cores(kt)
 
 
-def tensix_weight_bytes(module: Any, hw: Any, weights: str | None = None, experts: DType | None = None
-                        ) -> float | None:
-    """Bytes of the model's weights as tt_transformers stores them (matrices per role; embeddings and norms in
-    bf16; `experts`: the format of the MoE experts' matrices when a checkpoint fixes it); None for GPU profiles."""
+def tensix_weight_bytes(module: Any, hw: Any, weights: str | None = None, experts: DType | None = None,
+                        model: str | None = None) -> float | None:
+    """Bytes of the model's weights as tt_transformers stores them (matrices per role in the formats the mode
+    gives `model`; embeddings and norms in bf16; `experts`: the format of the MoE experts' matrices when a
+    checkpoint fixes it); None for GPU profiles."""
     if not is_tensix(hw):
         return None
-    mode = WeightMode.parse(weights)
+    mp = model_precision(WeightMode.parse(weights), model)
     total = 0.0
     for name, p in module.named_parameters():
         role = role_of(name) if p.dim() >= 2 else None
         if experts is not None and role is not None and ".experts." in f".{name}":
             per = experts.nbytes
         else:
-            per = precision(mode, role).weights.nbytes if role is not None else 2.0
+            per = mp.roles[role].weights.nbytes if role is not None else 2.0
         total += p.numel() * per
     return total
