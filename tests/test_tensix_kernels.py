@@ -70,8 +70,8 @@ def test_kernel_call_dispatch_reads_tensix_parameters():
                            grid="4x8", in1_dtype="bfp4_b")
     kg = build_tensix_kernel(call, WH)
     assert kg.attrs["grid"] == (4, 8) and kg.attrs["fidelity"] == "LoFi"
-    with pytest.raises(NotImplementedError, match="no tensix template for mla_decode"):
-        build_tensix_kernel(KernelCall.make(KernelKind.MLA_DECODE, batch=1), WH)
+    with pytest.raises(NotImplementedError, match="no tensix template for collective"):  # costed by the CCL model
+        build_tensix_kernel(KernelCall.make(KernelKind.COLLECTIVE, op="all-gather", nbytes=4096, ranks=2), WH)
 
 
 # -- bad input ------------------------------------------------------------------------------------------------
@@ -129,6 +129,30 @@ def test_decode_attention_time_grows_with_the_kv_length():
     long = _sim(KernelCall.make(KernelKind.ATTENTION_DECODE, batch=1, heads_q=32, heads_kv=8, seq_q=1,
                                 seq_kv=8192, head_dim=128, kv_dtype="bfp8_b"))[1]
     assert 2.0 < long.cycles / short.cycles < 4.5
+
+
+def test_flash_mla_decode_reads_the_latent_cache_once():
+    """MLA decode as tt-metal's paged_flash_multi_latent_attention_decode: one latent K/V head 576 wide whose
+    first 512 columns are the values (not read again): half the bytes of a flash-decode reading a V of its own,
+    and faster; the time grows with the KV length; a value wider than the cache row is an error naming both."""
+    kw = dict(batch=4, heads_q=128, seq_q=1, head_dim=576, kv_dtype="bfp8_b")
+    mla = [_sim(KernelCall.make(KernelKind.MLA_DECODE, seq_kv=n, head_dim_v=512, **kw)) for n in (1024, 8192)]
+    fd = _sim(KernelCall.make(KernelKind.ATTENTION_DECODE, heads_kv=1, seq_kv=8192, **kw))
+    assert mla[0][0].attrs["template"] == "tensix_flash_mla_decode"
+    assert mla[1][0].dram_bytes < 0.55 * fd[0].dram_bytes and mla[1][1].time_s < fd[1].time_s
+    assert 1.3 < mla[1][1].time_s / mla[0][1].time_s < 8.0
+    assert mla[1][0].flops == 2.0 * 4 * 128 * 8192 * (576 + 512)
+    with pytest.raises(ValueError, match="head_dim_v 640 exceeds the cache row head_dim 576"):
+        _sim(KernelCall.make(KernelKind.MLA_DECODE, seq_kv=64, head_dim_v=640, **kw))
+
+
+def test_prefill_values_narrower_than_keys_cost_less():
+    """MLA prefill (flash_mla_prefill: keys 192 wide, values 128) reads and multiplies 128-wide values."""
+    kw = dict(batch=1, heads_q=16, heads_kv=16, seq_q=1024, seq_kv=1024, head_dim=192, causal=True)
+    narrow = _sim(KernelCall.make(KernelKind.ATTENTION_PREFILL, head_dim_v=128, **kw))
+    same = _sim(KernelCall.make(KernelKind.ATTENTION_PREFILL, **kw))
+    assert narrow[0].dram_bytes < same[0].dram_bytes and narrow[0].flops < same[0].flops
+    assert narrow[1].cycles < same[1].cycles
 
 
 def test_causal_prefill_costs_less_than_full_attention_when_cores_are_oversubscribed():

@@ -439,3 +439,24 @@ def test_qwen2_5_7b_runs_its_own_formats_on_tensix(tmp_path: Path) -> None:
     assert "(qwen2.5-7b: BF16 attention and KV cache at HiFi4, BFP8 MLP)" in qwen.summary()
     assert qwen.stats["weight_bytes"] > other.stats["weight_bytes"]
     assert qwen.tpot_s > other.tpot_s
+
+
+def test_deepseek_v2_lite_decode_runs_flash_mla_on_tensix(tmp_path: Path) -> None:
+    """DeepSeek-V2-Lite (cut to 2 layers) on a p150: its MLA decode runs tt-metal's flash MLA decode template
+    over the latent cache (bfp8_b, SDPA decode fidelity), its prefill the flash SDPA with 128-wide values; no
+    kernel falls back to a roofline."""
+    import torchsim
+
+    pytest.importorskip("transformers")
+    data = json.loads((Path(__file__).parent / "data" / "hf_configs" / "deepseek-v2-lite.json").read_text())
+    data |= {"num_hidden_layers": 2}
+    cfg = tmp_path / "deepseek-v2-lite.json"
+    cfg.write_text(json.dumps(data))
+    p = torchsim.predict(str(cfg), "blackhole-p150", prompt_len=32, decode_steps=1, cache=False)
+    assert p.stats["fallback_kernels"] == 0, [k.name for k in p.kernels if k.fallback][:5]
+    mla = [k for k in p.kernels if k.kind == "mla_decode"]
+    assert mla and {k.template for k in mla} == {"tensix_flash_mla_decode"}
+    prm = dict(mla[0].params)
+    assert (prm["head_dim"], prm["head_dim_v"], prm["kv_dtype"]) == (576, 512, "bfp8_b")
+    pre = next(dict(k.params) for k in p.kernels if k.kind == "attention_prefill")
+    assert (pre["head_dim"], pre["head_dim_v"]) == (192, 128)

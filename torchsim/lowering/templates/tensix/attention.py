@@ -17,17 +17,21 @@ MAX_STEPS = 32
 
 
 def _flash_class(name: str, hw: TensixProfile, q_tiles: int, kv_tiles: int, hd_tiles: int, q_dt: DType,
-                 kv_dt: DType, fid: MathFidelity, count: int, partial_out: bool) -> tuple[CtaClass, float]:
-    """One CTA class: a core computing `q_tiles` query tile-rows against `kv_tiles` key tile-rows."""
+                 kv_dt: DType, fid: MathFidelity, count: int, partial_out: bool, hd_v_tiles: int = 0,
+                 v_in_k: bool = False) -> tuple[CtaClass, float]:
+    """One CTA class: a core computing `q_tiles` query tile-rows against `kv_tiles` key tile-rows; keys (and
+    queries) `hd_tiles` wide, values `hd_v_tiles` (0: as wide as the keys). `v_in_k`: the values are the first
+    columns of the key tiles already read (MLA's latent cache), not a read of their own."""
     cost = CoreCosts(hw, fid)
+    hd_v = hd_v_tiles or hd_tiles
     chunk = max(1, min(8, kv_tiles))
     nchunks = -(-kv_tiles // chunk)
     group = -(-nchunks // MAX_STEPS)
     steps = -(-nchunks // group)
     per_step = chunk * group
     cbs = [CircularBuffer("q", q_dt, q_tiles * hd_tiles), CircularBuffer("k", kv_dt, 2 * chunk * hd_tiles),
-           CircularBuffer("v", kv_dt, 2 * chunk * hd_tiles), CircularBuffer("scores", DType.BF16, q_tiles * chunk),
-           CircularBuffer("out", q_dt, 2 * q_tiles * hd_tiles)]
+           *(() if v_in_k else (CircularBuffer("v", kv_dt, 2 * chunk * hd_v),)),
+           CircularBuffer("scores", DType.BF16, q_tiles * chunk), CircularBuffer("out", q_dt, 2 * q_tiles * hd_v)]
     check_l1(hw, name, cbs)
     b = GraphBuilder(f"tensix_{name}_q{q_tiles}_kv{kv_tiles}", q_dt)
     reader = b.group("reader", role="NCRISC: Q, K, V reader")
@@ -45,23 +49,23 @@ def _flash_class(name: str, hw: TensixProfile, q_tiles: int, kv_tiles: int, hd_t
     for s in range(steps):
         n = min(per_step, kv_tiles - s * per_step)
         reads = []
-        for t in ("K", "V"):
-            tile = TileDesc(Space.GLOBAL, kv_dt, (n * 32, hd_tiles * 32), t, (aff(s, cta=steps), aff(0)))
-            rd = b.node(reader, Op.NOC_READ, Unit.NOC, n * hd_tiles * tile_bytes(kv_dt), tile, f"read_{t}{s}")
+        for t, width in (("K", hd_tiles),) if v_in_k else (("K", hd_tiles), ("V", hd_v)):
+            tile = TileDesc(Space.GLOBAL, kv_dt, (n * 32, width * 32), t, (aff(s, cta=steps), aff(0)))
+            rd = b.node(reader, Op.NOC_READ, Unit.NOC, n * width * tile_bytes(kv_dt), tile, f"read_{t}{s}")
             routes.append({"node": rd, "noc": 0, "mcast": "none", "page_bytes": tile_bytes(kv_dt),
-                           "pages_w": hd_tiles, "block": [n, hd_tiles]})
+                           "pages_w": width, "block": [n, width]})
             if s >= 2:
                 b.data(ups[s - 2], rd)
             reads.append(rd)
         score_tiles = q_tiles * n
         up = b.node(unpack, Op.UNPACK, Unit.UNPACKER,
-                    cost.unpack_work(q_dt, score_tiles * hd_tiles) + cost.unpack_work(kv_dt, 2 * n * hd_tiles)
+                    cost.unpack_work(q_dt, score_tiles * hd_tiles) + cost.unpack_work(kv_dt, n * (hd_tiles + hd_v))
                     + cost.unpack_work(DType.BF16, 2 * score_tiles), name=f"unpack{s}")
         b.data(rq, up)
         for rd in reads:
             b.data(rd, up)
         ups.append(up)
-        mm_flops = 2 * 2.0 * score_tiles * hd_tiles * 32 ** 3  # QK^T and PV
+        mm_flops = 2.0 * score_tiles * (hd_tiles + hd_v) * 32 ** 3  # QK^T and PV
         eltwise = score_tiles * TILE_ELEMENTS * (2.0 / float(hw.fpu_eltwise_mul_datums_per_clk)
                                                  + 2.0 / float(hw.fpu_eltwise_add_datums_per_clk))
         fp = b.node(math, Op.MMA, Unit.FPU,
@@ -74,11 +78,11 @@ def _flash_class(name: str, hw: TensixProfile, q_tiles: int, kv_tiles: int, hd_t
                            name=f"pack{s}")
         b.data(sf, last_pack)
         flops += mm_flops
-    out_tiles = q_tiles * hd_tiles * (2 if partial_out else 1)  # flash-decode partials carry max/sum too
-    ot = TileDesc(Space.GLOBAL, q_dt, (q_tiles * 32, hd_tiles * 32), "O", (aff(cta=1), aff(0)))
+    out_tiles = q_tiles * hd_v * (2 if partial_out else 1)  # flash-decode partials carry max/sum too
+    ot = TileDesc(Space.GLOBAL, q_dt, (q_tiles * 32, hd_v * 32), "O", (aff(cta=1), aff(0)))
     wr = b.node(writer, Op.NOC_WRITE, Unit.NOC, out_tiles * tile_bytes(q_dt), ot, "write_out")
-    routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(q_dt), "pages_w": hd_tiles,
-                   "block": [q_tiles, hd_tiles]})
+    routes.append({"node": wr, "noc": 1, "mcast": "none", "page_bytes": tile_bytes(q_dt), "pages_w": hd_v,
+                   "block": [q_tiles, hd_v]})
     b.data(last_pack, wr)
     b.attrs.update({"noc": routes, "cbs": {cb.name: cb.nbytes for cb in cbs}})
     params = np.arange(count, dtype=np.int64).reshape(-1, 1)
@@ -95,11 +99,12 @@ def _window_tiles(window: int, seq_kv: int) -> int:
 
 def sdpa_prefill(batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int, causal: bool,
                  q_dt: DType, kv_dt: DType, hw: TensixProfile, *, fidelity: MathFidelity | str = "HiFi2",
-                 q_chunk: int = 256, grid: object = None, window: int = 0) -> KernelGraph:
+                 q_chunk: int = 256, grid: object = None, window: int = 0, head_dim_v: int = 0) -> KernelGraph:
     """Flash SDPA prefill: one CTA per (batch, head, Q chunk); causal Q chunk i reads K/V chunks 0..i.
 
     `window` > 0 (a sliding window, causal): Q chunk i reads only the K/V tiles from the one holding its
-    first row's first key (row - window + 1) to its last row's last key."""
+    first row's first key (row - window + 1) to its last row's last key. `head_dim_v`: the values' width when it
+    is not the keys' (MLA's prefill, flash_mla_prefill: keys 192 wide, values 128)."""
     for dt, what in ((q_dt, "Q"), (kv_dt, "K/V")):
         check_format(dt, f"sdpa prefill {what}")
     fid = MathFidelity.parse(fidelity)
@@ -116,11 +121,14 @@ def sdpa_prefill(batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_kv: in
         kv = min(tiles(seq_kv), (i + 1) * qc + tiles(seq_kv) - tiles(seq_q)) if causal else tiles(seq_kv)
         if w:  # first key of the chunk's first row, in whole tiles
             kv -= min(kv, max(0, i * qc * TILE_ROWS + off - w + 1) // TILE_ROWS)
-        cls, f = _flash_class("sdpa", hw, qc, max(1, kv), hd, q_dt, kv_dt, fid, batch * heads_q, False)
+        cls, f = _flash_class("sdpa", hw, qc, max(1, kv), hd, q_dt, kv_dt, fid, batch * heads_q, False,
+                              tiles(head_dim_v) if head_dim_v else 0)
         classes.append(cls)
         flops += f
     kv_read = seq_kv - max(0, off - w + 1) if w else seq_kv
-    dram = batch * (heads_q * (2 * seq_q) * head_dim * q_dt.nbytes + heads_kv * 2 * kv_read * head_dim * kv_dt.nbytes)
+    dv = head_dim_v or head_dim
+    dram = batch * (heads_q * seq_q * (head_dim + dv) * q_dt.nbytes
+                    + heads_kv * kv_read * (head_dim + dv) * kv_dt.nbytes)
     return KernelGraph("sdpa_prefill", tuple(classes), flops=flops, dram_bytes=dram,
                        attrs={"grid": (gx, gy), "fidelity": fid.label, "template": "tensix_flash_sdpa"})
 
@@ -145,3 +153,28 @@ def flash_decode(batch: int, heads_q: int, heads_kv: int, seq_kv: int, head_dim:
     return KernelGraph("flash_decode", (cls,), flops=4.0 * batch * heads_q * keys * head_dim, dram_bytes=dram,
                        attrs={"grid": (gx, gy), "fidelity": fid.label, "template": "tensix_flash_decode",
                               "kv_split": split, "padded_flops": flops})
+
+
+def flash_mla_decode(batch: int, heads_q: int, seq_kv: int, head_dim: int, head_dim_v: int, q_dt: DType,
+                     kv_dt: DType, hw: TensixProfile, *, fidelity: MathFidelity | str = "HiFi2",
+                     grid: object = None) -> KernelGraph:
+    """MLA decode as tt-metal's paged_flash_multi_latent_attention_decode runs it: flash-decode over one latent
+    K/V head (its cache row `head_dim` = kv_lora_rank + rope wide; the op requires one KV head), every query head
+    of a sequence in the same tile rows, the values the first `head_dim_v` columns of the key tiles (read once:
+    V = K[..., :head_dim_v]); the K/V length split over the cores, a reducer combining the partials."""
+    check_format(kv_dt, "flash MLA decode latent cache")
+    if head_dim_v > head_dim:
+        raise ValueError(f"flash MLA decode: head_dim_v {head_dim_v} exceeds the cache row head_dim {head_dim} "
+                         "(the values are its first head_dim_v columns)")
+    fid = MathFidelity.parse(fidelity)
+    gx, gy = parse_grid(grid, hw)
+    read = tiles(seq_kv)
+    split = max(1, min((gx * gy) // max(1, batch), read))
+    kv = -(-read // split)
+    cls, flops = _flash_class("flash_mla_decode", hw, tiles(heads_q), kv, tiles(head_dim), q_dt, kv_dt, fid,
+                              batch * split, True, tiles(head_dim_v), v_in_k=True)
+    dram = batch * (seq_kv * head_dim * kv_dt.nbytes + heads_q * (head_dim + head_dim_v) * q_dt.nbytes)
+    return KernelGraph("flash_mla_decode", (cls,), flops=2.0 * batch * heads_q * seq_kv * (head_dim + head_dim_v),
+                       dram_bytes=dram, attrs={"grid": (gx, gy), "fidelity": fid.label,
+                                               "template": "tensix_flash_mla_decode", "kv_split": split,
+                                               "padded_flops": flops})

@@ -280,8 +280,8 @@ def configure(call: KernelCall, mode: WeightMode | ModelPrecision, phase: str, c
         elif phase == "prefill":
             extra["grid"] = PREFILL_GRID
         return with_params(call, **extra)
-    if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL):
-        ph = "decode" if call.kind is KernelKind.ATTENTION_DECODE else "prefill"
+    if call.kind in (KernelKind.ATTENTION_DECODE, KernelKind.ATTENTION_PREFILL, KernelKind.MLA_DECODE):
+        ph = "prefill" if call.kind is KernelKind.ATTENTION_PREFILL else "decode"
         # SDPAProgramConfig uses an 8x8 grid: the whole compute grid on Wormhole; on Blackhole the model keeps the
         # chip's grid (the flash templates place CTAs by engine core, not by a sub-grid)
         return with_params(call, kv_dtype=mp.kv_cache.name.lower(), fidelity=mp.sdpa[ph].label)

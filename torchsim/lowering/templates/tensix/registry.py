@@ -16,7 +16,7 @@ from collections.abc import Callable
 from torchsim.graph import DType, KernelGraph
 from torchsim.hwmodels.tensix.profiles import TensixProfile
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
-from torchsim.lowering.templates.tensix.attention import flash_decode, sdpa_prefill
+from torchsim.lowering.templates.tensix.attention import flash_decode, flash_mla_decode, sdpa_prefill
 from torchsim.lowering.templates.tensix.dram_sharded import dram_sharded_matmul
 from torchsim.lowering.templates.tensix.matmul import MatmulConfig, matmul
 from torchsim.lowering.templates.tensix.stream import TileWork, stream_kernel
@@ -202,15 +202,22 @@ def _attention(call: KernelCall, hw: TensixProfile) -> KernelGraph:
         return flash_decode(call.p("batch"), call.p("heads_q"), call.p("heads_kv"), call.p("seq_kv"),
                             call.p("head_dim"), call.dtype, kv, hw, fidelity=fid, grid=grid,
                             window=call.p("window", 0))
+    if call.kind is KernelKind.MLA_DECODE:
+        if call.p("seq_q", 1) != 1:
+            raise ValueError(f"MLA decode {call.name!r}: {call.p('seq_q')} query tokens per sequence; tt-metal's flash "
+                             "MLA decode takes one (speculative decoding is not modelled on Tensix)")
+        return flash_mla_decode(call.p("batch"), call.p("heads_q"), call.p("seq_kv"), call.p("head_dim"),
+                                call.p("head_dim_v"), call.dtype, kv, hw, fidelity=fid, grid=grid)
     return sdpa_prefill(call.p("batch"), call.p("heads_q"), call.p("heads_kv"), call.p("seq_q"), call.p("seq_kv"),
                         call.p("head_dim"), bool(call.p("causal", True)), call.dtype, kv, hw, fidelity=fid, grid=grid,
-                        window=call.p("window", 0))
+                        window=call.p("window", 0), head_dim_v=call.p("head_dim_v", 0))
 
 
 TENSIX_TEMPLATES: dict[KernelKind, Builder] = {
     KernelKind.GROUPED_GEMM: _grouped_gemm,
     KernelKind.ATTENTION_PREFILL: _attention,
     KernelKind.ATTENTION_DECODE: _attention,
+    KernelKind.MLA_DECODE: _attention,
     KernelKind.GEMM: _gemm,
     KernelKind.ELEMENTWISE: _elementwise,
     KernelKind.SILU_MUL: _silu_mul,
