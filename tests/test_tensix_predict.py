@@ -460,3 +460,54 @@ def test_deepseek_v2_lite_decode_runs_flash_mla_on_tensix(tmp_path: Path) -> Non
     assert (prm["head_dim"], prm["head_dim_v"], prm["kv_dtype"]) == (576, 512, "bfp8_b")
     pre = next(dict(k.params) for k in p.kernels if k.kind == "attention_prefill")
     assert (pre["head_dim"], pre["head_dim_v"]) == (192, 128)
+
+
+def _deepseek_cut(tmp_path: Path) -> Path:
+    """DeepSeek-V3's public config cut to one dense and one MoE layer (its FP8 block checkpoint kept)."""
+    data = json.loads((Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json").read_text())
+    data |= {"num_hidden_layers": 2, "first_k_dense_replace": 1}
+    cfg = tmp_path / "deepseek-v3-cut.json"
+    cfg.write_text(json.dumps(data))
+    return cfg
+
+
+def test_deepseek_v3_on_a_galaxy_takes_tt_metals_layout(tmp_path: Path) -> None:
+    """tt-metal's DeepSeek-V3 layout on a Galaxy (--tp 8 --ep 32): each row of 8 its own 32 users (batch 128 over
+    4 rows), attention split along the row with MLA's head shards turned into user shards (an all-to-all along the
+    row, flash MLA decode on 4 users x all 128 heads), the 256 routed experts 8 per chip run dense over the 128
+    tokens dispatched down the column, the demo's formats; every collective names its cluster axis."""
+    import torchsim
+
+    pytest.importorskip("transformers")
+    cfg = _deepseek_cut(tmp_path)
+    data = json.loads(cfg.read_text())
+    p = torchsim.predict(str(cfg), "galaxy", tp=8, ep=32, batch=128, prompt_len=32, decode_steps=1, cache=False)
+    assert p.system == "galaxy" and p.stats["fallback_kernels"] == 0
+    dec = [k for k in p.kernels if k.phase == "decode"]
+    mla = next(dict(k.params) for k in dec if k.kind == "mla_decode")
+    assert (mla["batch"], mla["heads_q"]) == (32 // 8, data["num_attention_heads"])
+    grouped = [dict(k.params) for k in dec if k.kind == "grouped_gemm"]
+    assert [g["tokens_per_expert"] for g in grouped] == [(32 * 4,) * (data["n_routed_experts"] // 32)] * 2
+    assert [(g["in1_dtype"], g["fidelity"]) for g in grouped] == [("bfp4_b", "LoFi"), ("bfp8_b", "HiFi2")]
+    wo = next(dict(k.params) for k in dec if k.name.endswith("o_proj") and k.layer == 0)
+    assert (wo["n"], wo["k"], wo["in1_dtype"]) == (data["hidden_size"] // 8, 16384, "bfp8_b")
+    ccl = {k.name.rsplit(".", 1)[-1]: dict(k.params) for k in dec if k.kind == "collective" and k.layer == 1}
+    assert (ccl["all_to_all_dispatch"]["ranks"], ccl["all_to_all_dispatch"]["axis"]) == (4, 0)
+    assert (ccl["all-to-all"]["ranks"], ccl["all-to-all"]["axis"]) == (8, 1)  # MLA's heads -> users
+    assert all("axis" in dict(k.params) for k in dec if k.kind == "collective")
+    assert any("tt-metal's DeepSeek-V3 layout" in a for a in p.assumptions)
+    assert "DeepSeek-V3 demo formats" in p.summary() and "experts over all 32 chips" in p.summary()
+    with pytest.raises(ValueError, match="runs each of its 4 rows' own users: batch 6"):
+        torchsim.predict(str(cfg), "galaxy", tp=8, ep=32, batch=6, prompt_len=32, decode_steps=1, cache=False)
+
+
+def test_deepseek_layout_needs_latent_attention_and_experts(tmp_path: Path) -> None:
+    import torchsim
+
+    pytest.importorskip("transformers")
+    data = json.loads((Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-20b.json").read_text())
+    data |= {"num_hidden_layers": 2, "layer_types": data["layer_types"][:2]}
+    cfg = tmp_path / "gpt-oss-cut.json"
+    cfg.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="DeepSeek-V3 layout .* use --tp 8 --ep 4"):
+        torchsim.predict(str(cfg), "galaxy", tp=8, ep=32, batch=128, prompt_len=8, decode_steps=1, cache=False)

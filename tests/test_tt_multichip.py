@@ -82,6 +82,10 @@ def test_galaxy_ccl_ops_run_along_one_axis_of_its_mesh() -> None:
     assert col.time_s < row.time_s < ccl_cost("all-reduce", get_system("t3000"), 8, size).time_s
     with pytest.raises(CollectiveError, match=r"16 chips on galaxy's 4x8 mesh: its CCL ops run along one axis"):
         ccl_cost("all-reduce", g, 16, 4096)
+    # two Galaxies (8x8): a square mesh, so the op names its axis; down a column a line (assumed links)
+    d = get_system("galaxy-dual")
+    assert d.axis(8, 0) == ("axis 0", False, 4) and d.axis(8, 1) == ("axis 1", True, 3)
+    assert ccl_cost("all-reduce", d, 8, size, axis=0).algorithm == "line"
 
 
 def test_packet_granularity() -> None:
@@ -160,10 +164,11 @@ def test_llama_70b_fits_t3000_not_n150() -> None:
 @pytest.mark.parametrize(("hw", "kw", "match"), [
     ("t3000", dict(tp=6), "tp=6 does not divide the 64 query heads"),
     ("n300", dict(tp=8), r"8 chips \(max\(tp, ep\) x pp\); n300 has 2"),
-    ("wormhole-n300", dict(tp=64), r"64 chips \(max\(tp, ep\) x pp\); galaxy \(wormhole-n300\) has 32"),
+    ("wormhole-n300", dict(tp=128), r"128 chips \(max\(tp, ep\) x pp\); galaxy-dual \(wormhole-n300\) has 64"),
+    ("wormhole-n300", dict(tp=64), r"64 chips on galaxy-dual's 8x8 mesh: its CCL ops run along one axis"),
     ("wormhole-n300", dict(tp=16), r"16 chips on galaxy's 4x8 mesh: its CCL ops run along one axis"),
     ("wormhole-n150", dict(tp=2), "no built-in multi-device system has 'wormhole-n150' devices"),
-    ("t3000", dict(tp=2, pp=2), "expert parallelism only as tt-metal's gpt-oss 2D layout on a Galaxy"),
+    ("t3000", dict(tp=2, pp=2), "expert parallelism only on a Galaxy: tt-metal's gpt-oss 2D layout"),
 ])
 def test_bad_input_is_a_clear_error(hw: str, kw: dict[str, int], match: str) -> None:
     with pytest.raises((ValueError, ParallelError), match=match):

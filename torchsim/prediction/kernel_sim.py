@@ -432,7 +432,8 @@ def _collective(call: KernelCall, hw: Any) -> KernelSim:
         cost = collective_cost(op, system, ranks, nbytes, custom_ar=bool(call.p("custom_ar", False)))
         lib = "custom-allreduce" if cost.algorithm in CUSTOM_STAGES else "nccl"
     else:
-        cost, lib = ccl_cost(op, system, ranks, nbytes), "ttnn"
+        ax = call.p("axis", -1)  # a 2D mesh's cluster axis, where the layout names it
+        cost, lib = ccl_cost(op, system, ranks, nbytes, axis=None if ax < 0 else int(ax)), "ttnn"
     clock = float(getattr(hw, "clock_hz_value", 1e9))
     bound = "latency" if cost.latency_s >= cost.time_s / 2 else "interconnect bandwidth"
     return KernelSim(template=f"{lib}/{cost.collective}/{cost.algorithm}/{cost.protocol}",

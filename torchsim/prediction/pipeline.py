@@ -137,8 +137,15 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             raise ValueError(f"system {system!r} has {device.name} GPUs; hw is {prof.name!r}")
     else:
         prof, system = _devices(hw, max(tp, ep) * pp)
-        if ep > 1 and tp > 1 and not isinstance(prof, GpuProfile):  # a 2D Tenstorrent mesh: tp chips x ep rows
+        if ep > tp > 1 and not isinstance(prof, GpuProfile):  # a 2D Tenstorrent mesh, experts over every chip
+            prof, system = _devices(hw, ep * pp)
+        elif ep > 1 and tp > 1 and not isinstance(prof, GpuProfile):  # a 2D Tenstorrent mesh: tp chips x ep rows
             prof, system = _devices(hw, tp * ep * pp)
+    if _tensix_mla_layout(system, tp, ep):  # tt-metal's DeepSeek-V3 layout: each row of the mesh its own users
+        dp = ep // tp
+        if (batch // mb) % dp:
+            raise ValueError(f"tt-metal's DeepSeek-V3 layout on {system} runs each of its {dp} rows' own users: batch "
+                             f"{batch // mb} is not divisible over {dp} rows")
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
@@ -227,7 +234,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         *dict.fromkeys(lm.describe() for lm in lms.values()),
         *((_tensix_layout(plans, tp, system, ep) + "; CCL ops costed as tt-metal runs them over the Ethernet links "
            "(torchsim.sim.ccl, traced, not overlapped); weights counted as 1/tp per chip"
-           + (f", the experts' as 1/(tp x ep) = 1/{tp * ep}" if ep > 1 else ""),)
+           + (f", the experts' as 1/{ep} (every chip its own)" if ep > tp else
+              f", the experts' as 1/(tp x ep) = 1/{tp * ep}" if ep > 1 else ""),)
           if tp > 1 and not isinstance(prof, GpuProfile) else ()),
         *((f"tensor parallel over {tp} GPUs of {system} (Megatron column/row splits, vocabulary-parallel embedding "
            "and LM head; ranks symmetric: one rank simulated); all-reduce/all-gather costed as NCCL runs them on the "
@@ -253,7 +261,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
            "every rank's tokens (routed like this rank's); an all-to-all dispatches each token's top-k copies before "
            "the experts and another combines them after (NCCL all-to-all cost); every MoE layer costs its slowest "
            "rank's experts",)
-          if dp > 1 else ()),
+          if dp > 1 and isinstance(prof, GpuProfile) else ()),
         f"preset {preset}; greedy sampling on device; LM head on each sequence's last token; "
         + ("contiguous KV cache in FP8 E4M3 (decode attention reads it in FP8)" if kv_dtype is not None else
            "contiguous KV cache in the model's dtype")
@@ -365,6 +373,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
     from torchsim.lowering.parallel import sequence_parallel, shard_plan
     from torchsim.lowering.plan import Preset, plan_capture
     from torchsim.lowering.precision import WeightPrecision, kv_cache_dtype, weight_bytes, with_precision
+    from torchsim.lowering.templates.tensix.deepseek_mesh import is_mla_moe, tt_deepseek_plan
     from torchsim.lowering.templates.tensix.mesh_plan import tt_shard_plan, tt_tp_experts_plan
     from torchsim.lowering.templates.tensix.model_config import adapt_plan, is_tensix, tensix_weight_bytes
 
@@ -381,11 +390,13 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
                              f"exceeds {name}'s context of {ctx_len} tokens")
     routing = _resolve_routing(routing, cfg, batch * prompt_len)
-    if is_tensix(prof) and (pp > 1 or (sp and tp > 1) or (ep > 1 and not _tensix_2d(system, tp, ep))):
+    mla_layout = _tensix_mla_layout(system, tp, ep)
+    if is_tensix(prof) and (pp > 1 or (sp and tp > 1) or (ep > 1 and not (_tensix_2d(system, tp, ep) or mla_layout))):
         raise ValueError(f"ep={ep}, pp={pp}, sp={sp}: on Tenstorrent meshes tensor parallelism is modelled "
-                         "(tt_transformers' 1D layout, tt-metal's MoE layouts), and expert parallelism only as "
-                         "tt-metal's gpt-oss 2D layout on a Galaxy (--hw galaxy --tp 8 --ep 4: experts over the "
-                         "mesh's 4 rows, each split over a row's 8 chips); run with --tp alone")
+                         "(tt_transformers' 1D layout, tt-metal's MoE layouts), and expert parallelism only on a "
+                         "Galaxy: tt-metal's gpt-oss 2D layout (--hw galaxy --tp 8 --ep 4: experts over the mesh's 4 "
+                         "rows, each split over a row's 8 chips) or its DeepSeek-V3 one (--hw galaxy --tp 8 --ep 32: "
+                         "experts over every chip, each row its own users); run with --tp alone")
     t_setup = time.perf_counter()
 
     plans: list[KernelPlan] = []
@@ -396,7 +407,16 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             plan = with_precision(plan_capture(cap, Preset.parse(preset), routing=routing,
                                                fallback=fallback == "roofline"),
                                   precision, kv_dtype, None if fmt is None or fmt.name == "fp8" else fmt, keep)
-            if ep > 1 and is_tensix(prof):  # a Galaxy's rows: each its own experts, the slowest row's
+            if mla_layout:  # tt-metal's DeepSeek-V3 layout (its own formats, set on the calls)
+                mesh = _mesh(system)
+                if not is_mla_moe(plan):
+                    raise ValueError(f"ep={ep} over every chip of {system} is tt-metal's DeepSeek-V3 layout (MLA "
+                                     f"attention and routed experts); {name} has not both: use --tp "
+                                     f"{int(mesh.mesh_cols.value)} --ep {int(mesh.mesh_rows.value)} for an MoE "
+                                     "model's experts over the rows")
+                plan = tt_deepseek_plan(plan, int(mesh.mesh_rows.value), int(mesh.mesh_cols.value), system)
+                plan = adapt_plan(plan, prof, weights, tt_experts, name)
+            elif ep > 1 and is_tensix(prof):  # a Galaxy's rows: each its own experts, the slowest row's
                 ranks = [adapt_plan(tt_tp_experts_plan(plan, tp, system, ep=ep, rank=r), prof, weights, tt_experts,
                                     name) for r in range(ep)]
                 budget.add(c for p in ranks for c in p.calls)
@@ -428,7 +448,7 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
                    or weight_bytes(module, precision, fmt, keep)) / (tp * pp)
         if dp > 1 or (ep > 1 and is_tensix(prof)):  # every rank (a Galaxy's row) holds only 1/ep of the experts
             experts = _expert_bytes(plans[-1])  # this rank's
-            w_bytes -= experts * (ep - 1) / pp
+            w_bytes -= experts * ((ep // tp if mla_layout else ep) - 1) / pp  # (DeepSeek: 1/tp of them counted)
         # before the decode steps are simulated (an error stops the prefill's workers at once)
         warnings, memory = _memory_fit(name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=kv_dtype,
                                        allow=allow_oversubscribe, share=mb / pp,
@@ -439,7 +459,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
         bg.wait(needed={c.key() for p in plans for c in p.calls})
     entry = PlanEntry(name=name, preset=preset, fp8=precision is WeightPrecision.FP8, kv_dtype=kv_dtype, fmt=fmt,
                       keep=keep, plans=tuple(StepPlan(p.calls, p.proofs) for p in plans), weight_bytes=w_bytes,
-                      facts={**_model_facts(cfg, module, kv_dtype), **_tensix_formats(prof, weights, tt_experts, name)},
+                      facts={**_model_facts(cfg, module, kv_dtype),
+                             **_tensix_formats(prof, weights, tt_experts, name, mla_layout)},
                       approximations=tuple(getattr(cfg, "approximations", ())), layers=_layers(cfg))
     return entry, plans, w_bytes, warnings, memory, todo, t_setup, t_plan
 
@@ -488,6 +509,15 @@ def _tuned(plan: KernelPlan) -> KernelPlan:
     return replace(plan, calls=calls)
 
 
+def _tensix_mla_layout(system: str, tp: int, ep: int) -> bool:
+    """Whether `system` is a 2D Tenstorrent mesh of rows of `tp` chips with `ep` = every chip (tt-metal's DeepSeek-V3
+    layout)."""
+    if not system or ep <= tp:
+        return False
+    mesh = _mesh(system)
+    return bool(getattr(mesh, "two_d", False)) and tp == int(mesh.mesh_cols.value) and ep == mesh.devices
+
+
 def _tensix_2d(system: str, tp: int, ep: int) -> bool:
     """Whether `system` is a 2D Tenstorrent mesh of `ep` rows of `tp` chips (tt-metal's gpt-oss 2D layout)."""
     if not system:
@@ -502,6 +532,13 @@ def _tensix_layout(plans: Sequence[KernelPlan], tp: int, system: str, ep: int = 
     layout a router beside dense expert GEMMs, tt_transformers' dense layout neither."""
     calls = [c for p in plans for c in p.calls]
     where = f"tensor parallel over {tp} chips of {system}"
+    if ep > tp:
+        return (f"tt-metal's DeepSeek-V3 layout on {system} (models/demos/deepseek_v3; torchsim.lowering.templates."
+                f"tensix.deepseek_mesh): each row of {tp} chips its own users, attention and dense MLPs tensor "
+                f"parallel along the row (MLA's head shards turned into user shards by an all-to-all for flash MLA "
+                f"decode), the routed experts whole over all {ep} chips, run dense over the tokens dispatched down "
+                "the column (all_to_all_dispatch / combine); prefill: the prompt split over the rows, the attention "
+                "on all of it per row (in its captured non-absorbed form)")
     if ep > 1:
         return (f"tensor parallel over the {tp} chips of a row and expert parallel over the {ep} rows of {system} "
                 f"in tt-metal's gpt-oss 2D layout (MeshConfig mesh_4x8 decode: each row holds 1/{ep} of the experts, "
@@ -523,14 +560,18 @@ def _tensix_layout(plans: Sequence[KernelPlan], tp: int, system: str, ep: int = 
             "torchsim.lowering.templates.tensix.mesh_plan)")
 
 
-def _tensix_formats(prof: Any, weights: str | None, experts: Any, model: str | None = None) -> dict[str, str]:
+def _tensix_formats(prof: Any, weights: str | None, experts: Any, model: str | None = None,
+                    deepseek: bool = False) -> dict[str, str]:
     """On a Tensix profile, the formats its weights are stored in (the summary's model line): tt_transformers'
     per-role formats of the weights mode (and the model's own branch of them), and the experts' format an MXFP4
-    checkpoint fixes."""
+    checkpoint fixes; `deepseek`: the DeepSeek-V3 demo's own formats."""
+    from torchsim.lowering.templates.tensix.deepseek_mesh import FORMATS
     from torchsim.lowering.templates.tensix.model_config import WeightMode, is_tensix, model_precision
 
     if not is_tensix(prof):
         return {}
+    if deepseek:
+        return {"weights_format": FORMATS}
     mode = WeightMode.parse(weights)
     rule = model_precision(mode, model).rule
     extra = f" ({rule})" if rule else ""
@@ -570,6 +611,9 @@ def _resolve_quant(quant: str | None, cfg: Any, prof: Any) -> tuple[QuantFormat 
                              f"gpt-oss); {getattr(cfg, 'name', 'this model')} has no experts: Tenstorrent profiles "
                              "take --weights performance|accuracy (bfp8_b/bfp4_b) for dense models")
         return None, (), MXFP4_EXPERTS
+    mla = int(getattr(cfg, "latent_kv_width", 0) or 0)
+    if fmt.name == "fp8-block" and is_tensix(prof) and _has_experts(cfg) and mla:
+        return None, (), None  # DeepSeek-V3's FP8 checkpoint: tt-metal's demo dequantises it into its block-floats
     check_supported(fmt, prof)
     return fmt, keep, None
 

@@ -204,7 +204,9 @@ class Prediction:
             step = self.step_kernels("decode", self.sampled_steps[0]) if self.decode_steps else []
             comm = [k for k in (step or self.step_kernels("prefill")) if k.kind == "collective"]
             dev = f"{self._device_word}s"
-            how = (f"tensor parallel over {self.tp} {dev} x expert parallel over {self.ep} rows" if self.tp > 1 and
+            how = (f"tensor parallel over {self.tp} {dev} x experts over all {self.ep} {dev}"
+                   if self.ep > self.tp > 1 and dev == "chips" else
+                   f"tensor parallel over {self.tp} {dev} x expert parallel over {self.ep} rows" if self.tp > 1 and
                    self.ep > 1 and dev == "chips" else f"tensor parallel over {self.tp} {dev}" if self.tp > 1 else
                    f"expert parallel over {self.ep} {dev} (data-parallel attention)")
             lines.insert(1, f"  {how} of {self.system} (one rank's kernels): "

@@ -56,9 +56,10 @@ def wire_bytes(system: TensixSystem, payload: float) -> float:
 
 
 def ccl_cost(collective: str, system: TensixSystem, ranks: int, nbytes: int, *, algorithm: str | None = None,
-             protocol: str | None = None, eager: bool = False) -> CollectiveCost:
+             protocol: str | None = None, eager: bool = False, axis: int | None = None) -> CollectiveCost:
     """The time, algbw, busbw and topology of one tt-metal CCL op (module docstring). `algorithm` "line" forces a
-    line on a ring system ("ring" where no ring closes is an error); `protocol` can only be "fabric-1d"."""
+    line on a ring system ("ring" where no ring closes is an error); `protocol` can only be "fabric-1d"; `axis`
+    the cluster axis of a 2D mesh it runs along (TensixSystem.axis: by default the one `ranks` names)."""
     coll = canonical(collective)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise CollectiveError(f"ranks must be a whole number >= 1, got {ranks!r}")
@@ -72,7 +73,7 @@ def ccl_cost(collective: str, system: TensixSystem, ranks: int, nbytes: int, *, 
     if ranks == 1:
         return CollectiveCost(coll, system.name, 1, nbytes, "local", "-", 0.0, 0.0, 0.0, 0.0, 0, 0.0, eager)
     try:
-        _axis, ring, links = system.axis(ranks)
+        _axis, ring, links = system.axis(ranks, axis)
     except ValueError as exc:
         raise CollectiveError(str(exc)) from None
     topo = "ring" if ring else "line"

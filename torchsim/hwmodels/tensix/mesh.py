@@ -6,6 +6,8 @@
     galaxy   Wormhole Galaxy ("TG"): 32 Wormhole chips in a 4x8 mesh whose CCL ops run along one axis at a time
              (`cluster_axis`): a ring of the 4 chips of a column over 4 links, a ring of the 8 chips of a row
              over 3 links
+    galaxy-dual  two Galaxies joined along the columns (tt-metal's "DUAL", 8x8 = 64 chips): a line of 8 down a
+             column (assumed links), a ring of 8 along a row
     p150x4   TT-QuietBox (Blackhole): 4 Blackhole p150 cards, a line of 4 over their QSFP-DD Ethernet
              (p150x4-launch: the same with the cards' launch firmware, 140 Tensix, as mid-2025 measurements ran)
 
@@ -39,6 +41,8 @@ TT_TOPOLOGY = ("tt-metal models/tt_transformers/tt/model_config.py ModelArgs.ccl
 GPT_OSS_MESH = ("github tenstorrent/tt-metal models/demos/gpt_oss/config.py (mesh_4x8: decode TP=8 along the "
                 "columns, EP=4 along the rows); docs/moe_mlp_quick_reference.md: 'Device Mesh 4x8', all-to-all "
                 "along axis 0 and all-reduce along axis 1 as rings")
+DEEPSEEK_MESH = ("github tenstorrent/tt-metal models/demos/deepseek_v3/utils/test_utils.py mesh shapes "
+                 "('TG': (4, 8), 'DUAL': (8, 8), 'QUAD': (16, 8))")
 README_LLM = ("github tenstorrent/tt-metal README.md 'LLMs' table (version marked 'Last Update: June 23, 2025', "
               "code-index file id 3963056081)")
 
@@ -139,31 +143,35 @@ class TensixSystem:
         """The most chips one CCL op spans: a row of a 2D mesh, else every chip."""
         return int(self.mesh_cols.value) if self.two_d else self.devices
 
-    def axis(self, ranks: int) -> tuple[str, bool, int]:
+    def axis(self, ranks: int, axis: int | None = None) -> tuple[str, bool, int]:
         """(which chips, ring, CCL links) a CCL op over `ranks` chips runs on: every chip of a 1D system (a line
-        on fewer); on a 2D mesh a column of mesh_rows chips (axis 0) or a row of mesh_cols (axis 1; a line on
-        fewer). A ring closes only over the whole line of chips, of more than 2. A count that is no axis of a 2D
-        mesh is a ValueError naming the axes."""
+        on fewer); on a 2D mesh a column of mesh_rows chips (cluster axis 0) or a row of mesh_cols (axis 1; a line
+        on fewer), `axis` naming which where the count does not (a square mesh). A ring closes only over the whole
+        line of chips, of more than 2. A count that is no axis of a 2D mesh is a ValueError naming the axes."""
         rows, cols = int(self.mesh_rows.value), int(self.mesh_cols.value)
         if not 1 <= ranks <= self.devices:
             raise ValueError(f"{ranks} chips on {self.name}, which has {self.devices}")
+        if axis not in (None, 0, 1):
+            raise ValueError(f"cluster axis {axis!r} on {self.name}: 0 (a column) or 1 (a row)")
         if not self.two_d:
             return "chips", self.ring and ranks == self.devices and ranks > 2, int(self.ccl_links.value)
-        if ranks == rows and ranks != cols:
+        if axis is None:
+            axis = 0 if ranks == rows and ranks != cols else 1
+        if axis == 0 and ranks <= rows:
             assert self.axis0_links is not None
-            return "axis 0", self.axis0_ring and ranks > 2, int(self.axis0_links.value)
-        if ranks <= cols:
+            return "axis 0", self.axis0_ring and ranks == rows and ranks > 2, int(self.axis0_links.value)
+        if axis == 1 and ranks <= cols:
             return "axis 1", self.ring and ranks == cols and ranks > 2, int(self.ccl_links.value)
         raise ValueError(f"{ranks} chips on {self.name}'s {rows}x{cols} mesh: its CCL ops run along one axis, a "
                          f"column of {rows} chips (cluster axis 0) or a row of up to {cols} (cluster axis 1)")
 
-    def topology(self, ranks: int) -> str:
+    def topology(self, ranks: int, axis: int | None = None) -> str:
         """The topology the CCL ops use over `ranks` chips (`axis`): "ring" or "line"."""
-        return "ring" if self.axis(ranks)[1] else "line"
+        return "ring" if self.axis(ranks, axis)[1] else "line"
 
-    def links(self, ranks: int) -> int:
+    def links(self, ranks: int, axis: int | None = None) -> int:
         """The links per direction between neighbours a CCL op over `ranks` chips uses (`axis`)."""
-        return self.axis(ranks)[2]
+        return self.axis(ranks, axis)[2]
 
     def op_numbers(self, op: str, topology: str) -> tuple[float, float, float]:
         """(fixed cost per call s, cost per step s, transfer efficiency) of CCL op `op` on `topology`."""
@@ -300,31 +308,47 @@ def _p150x4(firmware: BlackholeFirmware = BlackholeFirmware.FW_19_5) -> TensixSy
         hop_latency_s=_BH_HOP, **_PACKET, **_ccl_numbers(_BH_HOP, "Blackhole"))
 
 
-def _galaxy() -> TensixSystem:
+def _galaxy(galaxies: int = 1) -> TensixSystem:
+    """One Wormhole Galaxy (4x8), or `galaxies` of them joined along the columns (tt-metal's DUAL: 8x8)."""
     chip = wormhole_n300()
+    rows = 4 * galaxies
+    one = galaxies == 1
+    rows_q = (doc(4, "chips", GPT_OSS_MESH + ": mesh_4x8() = MeshConfig((4, 8), ...): 4 rows") if one else
+              doc(rows, "chips", DEEPSEEK_MESH + f": '{'DUAL' if galaxies == 2 else galaxies}': ({rows}, 8)"))
     return TensixSystem(
-        name="galaxy", description="Tenstorrent Wormhole Galaxy ('TG'): 32 Wormhole B0 chips (12 GB GDDR6 each) in a "
-        "4x8 Ethernet mesh; CCL ops run along one axis: a ring of a column's 4 chips over 4 links, a ring of a row's "
-        "8 over 3 (a line on fewer). Each chip is modelled as an n300 chip computing on the 8x8 grid tt_transformers "
-        "uses on Wormhole (assumed: Galaxy's chips enable 80 Tensix, which tt-metal's Galaxy-only models use beyond "
-        "8x8)", device=chip, ring=True,
-        device_count=doc(32, "chips", F.fact(F.WH, "grid.tensix_enabled_by_product") + " (Galaxy = 32 x 80)"),
-        mesh_rows=doc(4, "chips", GPT_OSS_MESH + ": mesh_4x8() = MeshConfig((4, 8), ...): 4 rows"),
+        name="galaxy" if one else "galaxy-dual",
+        description=("Tenstorrent Wormhole Galaxy ('TG'): 32 Wormhole B0 chips (12 GB GDDR6 each) in a 4x8 Ethernet "
+                     "mesh; CCL ops run along one axis: a ring of a column's 4 chips over 4 links, a ring of a row's "
+                     "8 over 3 (a line on fewer)" if one else
+                     f"{galaxies} Tenstorrent Wormhole Galaxies joined along the columns (tt-metal's 'DUAL'): "
+                     f"{32 * galaxies} Wormhole B0 chips in a {rows}x8 mesh; CCL ops run along one axis: a line "
+                     f"down a column's {rows} chips over 4 links (assumed: one Galaxy's links, no ring closing "
+                     "across the Galaxies), a ring of a row's 8 over 3")
+        + ". Each chip is modelled as an n300 chip computing on the 8x8 grid tt_transformers uses on Wormhole "
+        "(assumed: Galaxy's chips enable 80 Tensix, which tt-metal's Galaxy-only models use beyond 8x8)",
+        device=chip, ring=True,
+        device_count=doc(32 * galaxies, "chips", F.fact(F.WH, "grid.tensix_enabled_by_product")
+                         + f" (Galaxy = 32 x 80){'' if one else f'; {galaxies} Galaxies'}"),
+        mesh_rows=rows_q,
         mesh_cols=doc(8, "chips", GPT_OSS_MESH + ": mesh_4x8() = MeshConfig((4, 8), ...): 8 columns"),
         link_bytes_per_s=_WH_LINK,
         ccl_links=doc(3, "links", TT_CCL_PY + " get_num_links: 'TG': (4, 3): 3 links along cluster axis 1 (a row)"),
         hop_latency_s=_WH_HOP, **_PACKET, **_ccl_numbers(_WH_HOP, "wormhole"),
-        axis0_links=doc(4, "links", TT_CCL_PY + " get_num_links: 'TG': (4, 3): 4 links along cluster axis 0 (a "
-                        "column)"),
-        axis0_ring=True)
+        axis0_links=(doc(4, "links", TT_CCL_PY + " get_num_links: 'TG': (4, 3): 4 links along cluster axis 0 (a "
+                         "column)") if one else
+                     assumed(4, "links", "assumed: one Galaxy's 4 links along cluster axis 0 (" + TT_CCL_PY
+                             + " get_num_links 'TG': (4, 3)) continue across the joined Galaxies")),
+        axis0_ring=one)
 
 
 n300 = _n300()
 t3000 = _t3000()
 galaxy = _galaxy()
+galaxy_dual = _galaxy(2)
 p150x4 = _p150x4()
 p150x4_launch = _p150x4(BlackholeFirmware.LAUNCH)  # the chips as mid-2025 measurements ran them
-TENSIX_SYSTEMS: dict[str, TensixSystem] = {s.name: s for s in (n300, t3000, galaxy, p150x4, p150x4_launch)}
+TENSIX_SYSTEMS: dict[str, TensixSystem] = {s.name: s for s in (n300, t3000, galaxy, galaxy_dual, p150x4,
+                                                                   p150x4_launch)}
 
-__all__ = ["OPS", "TENSIX_SYSTEMS", "TOPOLOGIES", "TensixSystem", "galaxy", "n300", "p150x4", "p150x4_launch",
-           "t3000"]
+__all__ = ["OPS", "TENSIX_SYSTEMS", "TOPOLOGIES", "TensixSystem", "galaxy", "galaxy_dual", "n300", "p150x4",
+           "p150x4_launch", "t3000"]

@@ -182,8 +182,11 @@ def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, r
         if c.kind is KernelKind.COLLECTIVE:
             # a serving engine's custom all-reduce (a GPU kernel) has no Tenstorrent counterpart: ttnn's CCL op runs
             c = replace(c, params=tuple((k, v) for k, v in c.params if k != "custom_ar"))
-            if ep > 1 and c.layer in moe and calls and calls[-1].kind is KernelKind.REDUCE:  # the experts' combine
-                calls.append(replace(c.with_params(ranks=ep), name=f"{calls[-1].name}.expert_parallel.all-reduce"))
+            if ep > 1:  # a 2D mesh: the row's collectives along cluster axis 1, the experts' sum down the column
+                c = c.with_params(axis=1)
+                if c.layer in moe and calls and calls[-1].kind is KernelKind.REDUCE:  # after the experts' combine
+                    calls.append(replace(c.with_params(ranks=ep, axis=0),
+                                         name=f"{calls[-1].name}.expert_parallel.all-reduce"))
         elif ep > 1 and c.kind is KernelKind.GROUPED_GEMM:
             c = _set(c, tokens_per_expert=_expert_slice(c, ep, rank))
         elif ep > 1 and c.kind is KernelKind.SILU_MUL and c.layer in moe and ".experts" in c.name:

@@ -140,7 +140,8 @@ PREFILL_GRID = "8x8"  # find_prefill_grid(8, ...) and SDPAProgramConfig(compute_
 DECODE_ROWS = 32  # tile_padded_batch_rows: decode matmuls run DRAM-sharded for up to 32 users
 
 _NAMES: tuple[tuple[Role, tuple[str, ...]], ...] = (
-    (Role.WQKV, ("q_proj", "k_proj", "v_proj", "qkv", "qkv_proj", "wq", "wk", "wv")),  # qkv_proj: Phi-3's fused
+    (Role.WQKV, ("q_proj", "k_proj", "v_proj", "qkv", "qkv_proj", "wq", "wk", "wv",  # qkv_proj: Phi-3's fused
+                 "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "wkv_b1", "wkv_b2")),  # DeepSeek MLA
     (Role.WO, ("o_proj", "wo", "out_proj")),
     (Role.FF1_FF3, ("gate_proj", "up_proj", "gate_up", "gate_up_proj", "w1", "w3")),  # gate_up_proj: Phi-3, experts
     (Role.FF2, ("down_proj", "w2")),
@@ -259,14 +260,17 @@ def configure(call: KernelCall, mode: WeightMode | ModelPrecision, phase: str, c
     mp = mode if isinstance(mode, ModelPrecision) else model_precision(mode)
     if call.kind is KernelKind.GROUPED_GEMM and role is not None:
         p = mp.roles[role] if experts is None else Precision(experts, default_fidelity(experts), False)
-        extra_g: dict[str, Any] = {"in1_dtype": p.weights.name.lower(), "fidelity": p.fidelity.label}
+        extra_g: dict[str, Any] = {"in1_dtype": call.p("in1_dtype", "") or p.weights.name.lower(),
+                                   "fidelity": call.p("fidelity", "") or p.fidelity.label}  # a layout's own stand
         return with_params(call, **extra_g, **expert_program_config(call, phase))
     if call.kind in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
         role = role_of(call.name)
         if role is None:
             return call
         p = mp.roles[role]
-        extra: dict[str, Any] = {"in1_dtype": p.weights.name.lower(), "fidelity": p.fidelity.label}
+        # a layout that names a model's own formats (deepseek_mesh: the DeepSeek-V3 demo's) keeps them
+        extra: dict[str, Any] = {"in1_dtype": call.p("in1_dtype", "") or p.weights.name.lower(),
+                                 "fidelity": call.p("fidelity", "") or p.fidelity.label}
         if call.p("program_config", ()):  # a layout that names the model's own program config (mesh_plan's MoE
             # layout): its config and math fidelity stand, the role gives the weights' format
             return with_params(call, in1_dtype=extra["in1_dtype"], fidelity=call.p("fidelity", "") or p.fidelity.label)
