@@ -497,7 +497,7 @@ def test_deepseek_v3_on_a_galaxy_takes_tt_metals_layout(tmp_path: Path) -> None:
     assert all("axis" in dict(k.params) for k in dec if k.kind == "collective")
     assert any("tt-metal's DeepSeek-V3 layout" in a for a in p.assumptions)
     assert "DeepSeek-V3 demo formats" in p.summary() and "experts over all 32 chips" in p.summary()
-    with pytest.raises(ValueError, match="runs each of its 4 rows' own users: batch 6"):
+    with pytest.raises(ValueError, match=r"batch 6 is not divisible over 4 rows x 8 chips \(give a multiple of 32"):
         torchsim.predict(str(cfg), "galaxy", tp=8, ep=32, batch=6, prompt_len=32, decode_steps=1, cache=False)
 
 

@@ -143,9 +143,11 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             prof, system = _devices(hw, tp * ep * pp)
     if _tensix_mla_layout(system, tp, ep):  # tt-metal's DeepSeek-V3 layout: each row of the mesh its own users
         dp = ep // tp
-        if (batch // mb) % dp:
-            raise ValueError(f"tt-metal's DeepSeek-V3 layout on {system} runs each of its {dp} rows' own users: batch "
-                             f"{batch // mb} is not divisible over {dp} rows")
+        if (batch // mb) % (dp * tp):
+            raise ValueError(f"tt-metal's DeepSeek-V3 layout on {system} runs each of its {dp} rows' own users and "
+                             f"splits them over the row's {tp} chips for flash MLA decode: batch {batch // mb} is not "
+                             f"divisible over {dp} rows x {tp} chips (give a multiple of {dp * tp}; the demo runs 32 "
+                             "users a row)")
     if tune and not isinstance(prof, GpuProfile):
         raise ValueError(f"tune=True autotunes GPU GEMM configurations; {getattr(prof, 'name', hw)!r} is not "
                          "a GPU profile (Tensix GEMMs take ttnn's own program configs)")
