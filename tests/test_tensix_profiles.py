@@ -105,3 +105,34 @@ def test_unknown_fidelity_name_lists_the_valid_ones():
     assert MathFidelity.parse("LoFi").phases == 1
     with pytest.raises(ValueError, match="unknown math fidelity 'HiFi5'; valid: LoFi, HiFi2, HiFi3, HiFi4"):
         MathFidelity.parse("HiFi5")
+
+
+def test_prefill_host_time_fit_and_its_place_in_a_prefill() -> None:
+    """prefill_host_s: the median residual of the TTFT rows, refitted without each source; it is calibrated with
+    its rows named, shifts a prefill (not a decode step) by exactly itself."""
+    from dataclasses import replace
+
+    import torchsim.prediction.pipeline as api
+    from torchsim.calibration.tensix_prefill import TtftRow, fit_prefill_host
+    from torchsim.hwmodels.quantity import Quantity
+
+    rows = [TtftRow("a", "s1", 0.100, 0.060), TtftRow("b", "s1", 0.090, 0.052), TtftRow("c", "s2", 0.200, 0.150),
+            TtftRow("d", "s2", 0.070, 0.031)]
+    fit = fit_prefill_host(rows)
+    assert fit.value_s == pytest.approx(0.0395)  # median of 40, 38, 50, 39 ms
+    assert fit.loso == {"s1": pytest.approx(0.0445), "s2": pytest.approx(0.039)}
+    assert fit.mape() < fit.mape(0.0) and fit.loso_mape() >= fit.mape() - 1e-12
+    with pytest.raises(ValueError, match="no TTFT rows"):
+        fit_prefill_host([])
+    with pytest.raises(ValueError, match="row x: measured TTFT must be > 0"):
+        fit_prefill_host([TtftRow("x", "s", 0.0, 0.01)])
+
+    hw = get_profile("wormhole-n150")
+    q = hw.prefill_host_s
+    assert q.kind == "calibrated" and "E2E-002" in q.source and "leave-one-source-out" in q.source
+    assert get_profile("blackhole-p150").prefill_host_s.value == q.value  # a host-side figure
+    kw = dict(prompt_len=16, decode_steps=2, cache=False)
+    with_host = api.predict("llama-tiny", hw, **kw)
+    without = api.predict("llama-tiny", replace(hw, prefill_host_s=Quantity(0.0, "s", "assumed", "test")), **kw)
+    assert with_host.ttft_s - without.ttft_s == pytest.approx(float(q), rel=1e-9)
+    assert with_host.tpot_s == pytest.approx(without.tpot_s)

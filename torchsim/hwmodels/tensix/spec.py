@@ -86,6 +86,7 @@ class TensixSpec:
     host_dispatch_s: Quantity  # host time per op without metal trace
     host_dispatch_cached_s: Quantity  # host enqueue of one program, eager fast dispatch, program cache hit
     step_overhead_s: Quantity  # host work once per forward step
+    prefill_host_s: Quantity  # host work once per prefill outside op dispatch (calibrated on TTFT rows)
     worker_xy: tuple[XY, ...]  # NoC coordinates of the compute grid, row-major (y outer)
     dram_bank_xy: tuple[XY, ...]  # the NoC endpoint workers use for each DRAM bank
     placement_source: str
