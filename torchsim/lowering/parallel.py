@@ -32,6 +32,7 @@ names them: nothing is split by guess.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -142,8 +143,7 @@ def shard_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int
             out.append(c)
             continue
         if k is KernelKind.SILU_MUL and ep > 1 and sharded and ".experts" in c.name:
-            grouped = next(x for x in reversed(out) if x.kind is KernelKind.GROUPED_GEMM)
-            out.append(_set(c, rows=sum(grouped.p("tokens_per_expert"))))
+            out.append(_set(c, rows=_routed_rows(out)))
             continue
         if k in (KernelKind.GEMM, KernelKind.GROUPED_GEMM):
             role = _role(c)
@@ -237,11 +237,16 @@ def _expert_dispatch(plan: KernelPlan, ep: int, system: str, rank: int) -> Kerne
             first = not first
             continue
         if c.kind is KernelKind.SILU_MUL and ".experts" in c.name:
-            grouped = next(x for x in reversed(out) if x.kind is KernelKind.GROUPED_GEMM)
-            out.append(_set(c, rows=sum(grouped.p("tokens_per_expert"))))
+            out.append(_set(c, rows=_routed_rows(out)))
             continue
         out.append(c)
     return replace(plan, calls=tuple(out))
+
+
+def _routed_rows(calls: Sequence[KernelCall]) -> int:
+    """The token copies the latest grouped GEMM of `calls` runs (the rows of the experts' activation after it)."""
+    grouped = next(x for x in reversed(calls) if x.kind is KernelKind.GROUPED_GEMM)
+    return int(sum(grouped.p("tokens_per_expert")))
 
 
 def _expert_slice(c: KernelCall, ep: int, rank: int) -> tuple[int, ...]:

@@ -141,7 +141,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
             prof, system = _devices(hw, ep * pp)
         elif ep > 1 and tp > 1 and not isinstance(prof, GpuProfile):  # a 2D Tenstorrent mesh: tp chips x ep rows
             prof, system = _devices(hw, tp * ep * pp)
-    if _tensix_mla_layout(system, tp, ep):  # tt-metal's DeepSeek-V3 layout: each row of the mesh its own users
+    if _mesh_2d_layout(system, tp, ep) == "deepseek":  # tt-metal's DeepSeek-V3 layout: each row its own users
         dp = ep // tp
         if (batch // mb) % (dp * tp):
             raise ValueError(f"tt-metal's DeepSeek-V3 layout on {system} runs each of its {dp} rows' own users and "
@@ -392,8 +392,9 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             raise ValueError(f"{what} ({start}) + decode_steps ({decode_steps}) = {start + decode_steps} tokens "
                              f"exceeds {name}'s context of {ctx_len} tokens")
     routing = _resolve_routing(routing, cfg, batch * prompt_len)
-    mla_layout = _tensix_mla_layout(system, tp, ep)
-    if is_tensix(prof) and (pp > 1 or (sp and tp > 1) or (ep > 1 and not (_tensix_2d(system, tp, ep) or mla_layout))):
+    layout_2d = _mesh_2d_layout(system, tp, ep)
+    mla_layout = layout_2d == "deepseek"
+    if is_tensix(prof) and (pp > 1 or (sp and tp > 1) or (ep > 1 and not layout_2d)):
         raise ValueError(f"ep={ep}, pp={pp}, sp={sp}: on Tenstorrent meshes tensor parallelism is modelled "
                          "(tt_transformers' 1D layout, tt-metal's MoE layouts), and expert parallelism only on a "
                          "Galaxy: tt-metal's gpt-oss 2D layout (--hw galaxy --tp 8 --ep 4: experts over the mesh's 4 "
@@ -511,21 +512,16 @@ def _tuned(plan: KernelPlan) -> KernelPlan:
     return replace(plan, calls=calls)
 
 
-def _tensix_mla_layout(system: str, tp: int, ep: int) -> bool:
-    """Whether `system` is a 2D Tenstorrent mesh of rows of `tp` chips with `ep` = every chip (tt-metal's DeepSeek-V3
-    layout)."""
-    if not system or ep <= tp:
-        return False
+def _mesh_2d_layout(system: str, tp: int, ep: int) -> str:
+    """Which of tt-metal's layouts over a 2D Tenstorrent mesh `tp` x `ep` names: "deepseek" (`ep` = every chip,
+    rows of `tp`: its DeepSeek-V3 layout), "gpt-oss" (`ep` rows of `tp` chips: its gpt-oss mesh_4x8 layout), or ""
+    (no 2D mesh, or neither shape)."""
+    if not system or ep <= 1:
+        return ""
     mesh = _mesh(system)
-    return bool(getattr(mesh, "two_d", False)) and tp == int(mesh.mesh_cols.value) and ep == mesh.devices
-
-
-def _tensix_2d(system: str, tp: int, ep: int) -> bool:
-    """Whether `system` is a 2D Tenstorrent mesh of `ep` rows of `tp` chips (tt-metal's gpt-oss 2D layout)."""
-    if not system:
-        return False
-    mesh = _mesh(system)
-    return bool(getattr(mesh, "two_d", False)) and (ep, tp) == (int(mesh.mesh_rows.value), int(mesh.mesh_cols.value))
+    if not getattr(mesh, "two_d", False) or tp != int(mesh.mesh_cols.value):
+        return ""
+    return "deepseek" if ep == mesh.devices else "gpt-oss" if ep == int(mesh.mesh_rows.value) else ""
 
 
 def _tensix_layout(plans: Sequence[KernelPlan], tp: int, system: str, ep: int = 1) -> str:

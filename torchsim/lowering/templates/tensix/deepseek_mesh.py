@@ -42,9 +42,9 @@ from dataclasses import replace
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.lowering.parallel import ParallelError, _collective, _set
 from torchsim.lowering.plan import KernelPlan
+from torchsim.lowering.templates.tensix.mesh_plan import ACT_BYTES, distributed_norm
 from torchsim.lowering.templates.tensix.tt_ops import derive
 
-ACT_BYTES = 2  # bf16 activations and CCL buffers
 MLA_FORMAT = {"in1_dtype": "bfp8_b", "fidelity": "HiFi2"}
 EXPERT_FORMATS = ({"in1_dtype": "bfp4_b", "fidelity": "LoFi"}, {"in1_dtype": "bfp8_b", "fidelity": "HiFi2"})
 FORMATS = ("tt-metal DeepSeek-V3 demo formats (MLA, dense MLP, shared expert, LM head, KV cache bfp8_b HiFi2; "
@@ -79,23 +79,6 @@ def _ccl(op: str, nbytes: int, ranks: int, axis: int, system: str, after: Kernel
     return _collective(op, nbytes, ranks, system, after).with_params(axis=axis)
 
 
-def _norm(c: KernelCall, rows: int, local: int, cols: int, system: str) -> list[KernelCall]:
-    """A residual norm on the chip's columns (DistributedRMSNorm): the residual add, the statistics pass, their
-    all-gather along the row (32 columns of statistics per chip), the normalising pass."""
-    out: list[KernelCall] = []
-    if c.kind is KernelKind.ADD_RMSNORM:
-        out.append(derive(c, "residual_add", KernelKind.ELEMENTWISE, numel=rows * local, inputs=2, outputs=1,
-                          op="add"))
-    pre = derive(c, "rms_norm_pre_all_gather", KernelKind.RMSNORM, rows=rows, hidden=local)
-    stats = _ccl("all-gather", _pad(rows) * 32 * cols * ACT_BYTES, cols, 1, system, pre)
-    return [*out, pre, replace(stats, name=f"{c.name}.stats.all-gather"),
-            derive(c, "rms_norm_post_all_gather", KernelKind.RMSNORM, rows=rows, hidden=local)]
-
-
-def _pad(rows: int) -> int:
-    return -(-int(rows) // 32) * 32
-
-
 def tt_deepseek_plan(plan: KernelPlan, rows: int, cols: int, system: str) -> KernelPlan:
     """What one chip of a `rows` x `cols` mesh runs for the DeepSeek plan `plan` (module docstring): captured at
     one row's users in decode, at the whole prompt in prefill."""
@@ -114,7 +97,7 @@ def tt_deepseek_plan(plan: KernelPlan, rows: int, cols: int, system: str) -> Ker
             out.append(_set(c, tokens=local, hidden=_split(hidden, cols, "hidden", c)))
             continue
         if k in (KernelKind.RMSNORM, KernelKind.ADD_RMSNORM) and int(c.p("hidden")) == hidden:
-            out += _norm(c, local, hidden // cols, cols, system)
+            out += distributed_norm(c, local, hidden // cols, cols, system, axis=1)
             continue
         if k is KernelKind.GEMM and "kv_a_proj_with_mqa" in name:  # wq_kv_a: input dimension split
             if prefill:  # the sequence rebuilt on every row

@@ -131,26 +131,36 @@ def tt_shard_plan(plan: KernelPlan, tp: int, system: str, *, ring: bool) -> Kern
 
 def _norm(c: KernelCall, tp: int, system: str, phase: str) -> list[KernelCall]:
     """A residual-stream norm on a fractured residual: the add on this chip's columns, then the all-gather and
-    the norm (or, in a long prefill, the distributed norm and its two all-gathers)."""
+    the norm (or, in a long prefill, the distributed norm and the all-gather of its output)."""
     rows, hidden = c.p("rows"), c.p("hidden")
     local = _split(hidden, tp, "hidden", c)
-    out: list[KernelCall] = []
-    if c.kind is KernelKind.ADD_RMSNORM:
-        out.append(replace(c, kind=KernelKind.ELEMENTWISE, name=f"{c.name}.residual_add",
-                           params=tuple(sorted({"numel": rows * local, "inputs": 2, "outputs": 1,
-                                                "op": "add"}.items()))))
     norm = replace(c, kind=KernelKind.RMSNORM, name=f"{c.name}.rms_norm",
                    params=tuple(sorted({"rows": rows, "hidden": hidden}.items())))
     full = _pad(rows) * hidden * ACT_BYTES
     if phase == "prefill" and hidden >= DISTRIBUTED_NORM_HIDDEN:
-        part = replace(norm, params=tuple(sorted({"rows": rows, "hidden": local}.items())))
-        stats = _collective("all-gather", _pad(rows) * TILE * tp * ACT_BYTES, tp, system, part)
-        out += [replace(part, name=f"{c.name}.rms_norm_pre_all_gather"), replace(stats, name=f"{c.name}.stats."
-                                                                                 "all-gather"),
-                replace(part, name=f"{c.name}.rms_norm_post_all_gather"),
-                _collective("all-gather", full, tp, system, norm)]
-        return out
-    return [*out, _collective("all-gather", full, tp, system, c), norm]
+        return [*distributed_norm(c, rows, local, tp, system), _collective("all-gather", full, tp, system, norm)]
+    return [*_residual_add(c, rows * local), _collective("all-gather", full, tp, system, c), norm]
+
+
+def _residual_add(c: KernelCall, numel: int) -> list[KernelCall]:
+    """An ADD_RMSNORM's residual add on the chip's `numel` elements (none for a plain RMSNORM)."""
+    if c.kind is not KernelKind.ADD_RMSNORM:
+        return []
+    return [derive(c, "residual_add", KernelKind.ELEMENTWISE, numel=numel, inputs=2, outputs=1, op="add")]
+
+
+def distributed_norm(c: KernelCall, rows: int, local: int, chips: int, system: str,
+                     axis: int | None = None) -> list[KernelCall]:
+    """A residual norm over `chips` chips each holding `local` columns (tt_transformers' tt_distributed_rmsnorm,
+    DeepSeek-V3's DistributedRMSNorm): the residual add, rms_norm_pre_all_gather, the statistics (32 columns per
+    chip) all-gathered (along cluster axis `axis` of a 2D mesh, when given), rms_norm_post_all_gather; the output
+    stays on the chip's columns."""
+    pre = derive(c, "rms_norm_pre_all_gather", KernelKind.RMSNORM, rows=rows, hidden=local)
+    stats = _collective("all-gather", _pad(rows) * TILE * chips * ACT_BYTES, chips, system, pre)
+    if axis is not None:
+        stats = stats.with_params(axis=axis)
+    return [*_residual_add(c, rows * local), pre, replace(stats, name=f"{c.name}.stats.all-gather"),
+            derive(c, "rms_norm_post_all_gather", KernelKind.RMSNORM, rows=rows, hidden=local)]
 
 
 def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, rank: int = 0) -> KernelPlan:
@@ -170,7 +180,7 @@ def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, r
     apply_expert_parallel_allreduce, cluster axis 0) sums the rows' partial outputs, then the row's all-reduce
     (apply_tensor_parallel_allreduce). The rows differ only in their experts: the prediction takes the slowest
     row's (pipeline._slowest_experts)."""
-    from torchsim.lowering.parallel import _expert_slice, shard_plan
+    from torchsim.lowering.parallel import _expert_slice, _routed_rows, shard_plan
 
     _check_heads(plan, tp)
     if not 0 <= rank < ep:
@@ -190,8 +200,7 @@ def tt_tp_experts_plan(plan: KernelPlan, tp: int, system: str, *, ep: int = 1, r
         elif ep > 1 and c.kind is KernelKind.GROUPED_GEMM:
             c = _set(c, tokens_per_expert=_expert_slice(c, ep, rank))
         elif ep > 1 and c.kind is KernelKind.SILU_MUL and c.layer in moe and ".experts" in c.name:
-            grouped = next(x for x in reversed(calls) if x.kind is KernelKind.GROUPED_GEMM)
-            c = _set(c, rows=sum(grouped.p("tokens_per_expert")))
+            c = _set(c, rows=_routed_rows(calls))
         calls.append(c)
     return replace(sharded, calls=tuple(calls))
 
@@ -345,4 +354,5 @@ def _gather_sum(after: KernelCall, where: str, rows: int, hidden: int, tp: int, 
     return [gathered, total]
 
 
-__all__ = ["fused_all_gather_matmul", "tt_expert_plan", "tt_shard_plan", "tt_tp_experts_plan"]
+__all__ = ["distributed_norm", "fused_all_gather_matmul", "tt_expert_plan", "tt_shard_plan",
+           "tt_tp_experts_plan"]

@@ -118,19 +118,18 @@ def _key(name: str) -> str:
 def model_precision(mode: WeightMode, model: str | None = None) -> ModelPrecision:
     """ModelOptimizations.performance / .accuracy for `model` (a model name; None, or a name without a size such
     as torchsim's llama-tiny: the Llama-3 rules)."""
-    if not re.search(r"\d[bB]", tt_base_name(model)):
-        model = None
-    base = _key(tt_base_name(model))
+    name = tt_base_name(model)
+    sized = bool(re.search(r"\d[bB]", name))
+    base = _key(name) if sized else ""
     bf16_attention = {Role.WQKV: _BF16_HIFI4, Role.WO: _BF16_HIFI4}
     hifi4 = {"decode": MathFidelity.HIFI4, "prefill": MathFidelity.HIFI4}
     if mode is WeightMode.PERFORMANCE and base in (_key(n) for n in BF16_ATTENTION_PERF):
         roles = {**MODES[WeightMode.ACCURACY], **bf16_attention}
-        return ModelPrecision(roles, DType.BF16, hifi4, f"{tt_base_name(model)}: BF16 attention and KV cache at "
-                                                        "HiFi4, BFP8 MLP")
-    if mode is WeightMode.ACCURACY and model is not None:
+        return ModelPrecision(roles, DType.BF16, hifi4, f"{name}: BF16 attention and KV cache at HiFi4, BFP8 MLP")
+    if mode is WeightMode.ACCURACY and sized:
         if base in (_key(n) for n in LARGE_BFP4_ACC):
             return ModelPrecision(dict(MODES[WeightMode.PERFORMANCE]), KV_CACHE, dict(SDPA_FIDELITY),
-                                  f"{tt_base_name(model)}: BFP4 MLP even in accuracy mode")
+                                  f"{name}: BFP4 MLP even in accuracy mode")
         if not base.startswith(tuple(_key(n) for n in BFP8_ATTENTION_ACC)):
             roles = {**MODES[WeightMode.ACCURACY], **bf16_attention}
             return ModelPrecision(roles, DType.BF16, hifi4, "BF16 attention and KV cache at HiFi4 (not a Llama-3, "
@@ -273,7 +272,7 @@ def configure(call: KernelCall, mode: WeightMode | ModelPrecision, phase: str, c
                                  "fidelity": call.p("fidelity", "") or p.fidelity.label}
         if call.p("program_config", ()):  # a layout that names the model's own program config (mesh_plan's MoE
             # layout): its config and math fidelity stand, the role gives the weights' format
-            return with_params(call, in1_dtype=extra["in1_dtype"], fidelity=call.p("fidelity", "") or p.fidelity.label)
+            return with_params(call, **extra)
         rows = int(call.p("m", 0)) * int(call.p("batch", 1)) if call.kind is KernelKind.GEMM else 0
         if call.kind is KernelKind.GEMM and 0 < rows <= DECODE_ROWS and (phase == "decode" or role is Role.LM_HEAD):
             kt, nt = -(-int(call.p("k")) // 32), -(-int(call.p("n")) // 32)
@@ -342,11 +341,10 @@ def dense_prefill_experts(calls: tuple[KernelCall, ...]) -> tuple[KernelCall, ..
     E copies (the chip's experts: a 2D mesh's row holds 1/ep of them); the routing weights zero what the router did
     not pick. Decode reads the router's sparsity (the routed experts only). Layers without a fused top-k router
     kernel (the token count unknown) keep their routing."""
-    grouped = {c.layer for c in calls if c.kind is KernelKind.GROUPED_GEMM}  # (a layout that ran its experts as
-    # dense GEMMs already, the Mixtral T3000 one, has none)
+    # layer -> the chip's experts (a layout that ran its experts as dense GEMMs already, Mixtral's T3000 one, has none)
     local = {c.layer: len(c.p("tokens_per_expert")) for c in calls if c.kind is KernelKind.GROUPED_GEMM}
     routers = {c.layer: (int(c.p("tokens")), local[c.layer]) for c in calls
-               if c.kind is KernelKind.ROUTER_TOPK and c.layer in grouped}  # layer -> (tokens, the chip's experts)
+               if c.kind is KernelKind.ROUTER_TOPK and c.layer in local}  # layer -> (tokens, the chip's experts)
     out: list[KernelCall] = []
     for c in calls:
         tokens, experts = routers.get(c.layer, (0, 0))

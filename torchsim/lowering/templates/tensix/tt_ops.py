@@ -109,7 +109,7 @@ def tt_ops(call: KernelCall, phase: str, lm_head_cols: Callable[[int], int] = _u
         return _qkv(call, phase)
     if call.kind is KernelKind.GEMM and (("gate_proj" in name and "up_proj" in name) or last == "gate_up_proj"):
         return _split_gate_up(call)
-    if call.kind is KernelKind.GEMM and name.split(".")[-1] == "lm_head":
+    if call.kind is KernelKind.GEMM and last == "lm_head":
         return _lm_head(call, lm_head_cols(-(-int(call.p("k")) // 32)))
     if call.kind is KernelKind.ROPE:
         return _rope(call)
