@@ -86,3 +86,49 @@ def test_teardown_is_kept_where_it_does_something(monkeypatch: pytest.MonkeyPatc
     assert cli._skip_teardown() is True
     monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
     assert cli._skip_teardown() is False
+
+
+LIGHT = """
+import sys
+from torchsim.cli import main
+try:
+    code = main({argv!r})
+except SystemExit as exc:
+    code = exc.code
+heavy = sorted(m for m in ("pyarrow", "torchsim.exports.parquet", "torchsim.exports.perfetto",
+                           "torchsim.sim.engine", "torchsim.lowering.templates") if m in sys.modules)
+print(",".join(heavy) or "light", code)
+"""
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["--help"], 0),
+    (["predict", "--batch", "lots"], 2),
+    (["predict", "--help"], 0),
+    (["no-such-command"], 2),
+])
+def test_help_and_argument_errors_build_only_the_command_named(argv: list[str], code: int) -> None:
+    """`torchsim --help` lists the commands from their help lines alone, and `predict`'s argument errors import
+    neither pyarrow nor the exporters nor the engine (with the other commands' parsers they took ~0.5 s of every
+    such answer)."""
+    out = subprocess.run([sys.executable, "-c", LIGHT.format(argv=argv)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split()[-2:] == ["light", str(code)], out.stdout[-500:] + out.stderr[-2000:]
+
+
+def test_the_light_parser_lists_every_command_with_its_own_help_line() -> None:
+    """The commands listed without their options carry the help line each command's parser has in full."""
+    import argparse
+
+    from torchsim.cli import COMMANDS, build_parser, command_of
+
+    def lines(parser: argparse.ArgumentParser) -> dict[str, str]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {c.dest: str(c.help) for c in sub._choices_actions}
+
+    full = lines(build_parser())
+    assert list(full) == list(COMMANDS)
+    assert lines(build_parser(None)) == full
+    assert lines(build_parser("predict")) == full
+    assert command_of(["--debug", "predict", "--batch", "2"]) == "predict"
+    assert command_of(["--help"]) is None and command_of(["nope"]) is None

@@ -64,14 +64,45 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{head}{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# each command's line in `torchsim --help` (its parser's help: the commands' modules take it from here)
+COMMAND_HELP = {
+    "hw": "list hardware profiles or show one with the provenance of every number",
+    "kernel": "simulate one kernel",
+    "routing": "record or show MoE routing counts (tokens per expert per layer)",
+    "predict": "predict prefill and decode latency of a model on a GPU",
+    "serve": "serve a model under a request load (continuous batching, latency percentiles)",
+    "compare": "predict one model on several hardware profiles, side by side",
+    "sweep": "sweep hardware knobs over a model step or one kernel",
+    "calibrate": "fit a few named physical parameters of a profile to measurements",
+    "microbench": "measure this machine's GPU into a file `torchsim calibrate` reads",
+    "collective": "cost of an NCCL collective on a multi-GPU system, or of a tt-metal CCL op on a Tenstorrent mesh "
+                  "(time, algbw, busbw)",
+}
+
+
+def build_parser(command: str | None = "") -> argparse.ArgumentParser:
+    """The `torchsim` parser. `command` "" (the default) builds every command's options; a command's name builds
+    that one's alone, the others listed by name and help line only (what `main` does with the command line, so that
+    `--help` and an argument error import no more than the command named needs); None lists them all that way."""
     parser = Parser(prog="torchsim", description="Predict PyTorch model and kernel performance "
                                      "on GPUs and Tensix accelerators without the hardware.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"torchsim.cli.{name}").register(sub)
+        if command == "" or name == command:
+            importlib.import_module(f"torchsim.cli.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=COMMAND_HELP[name])
     return parser
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command a command line names (its first word that is not an option), or None."""
+    for word in argv:
+        if word == "--debug":
+            continue
+        return word if word in COMMANDS else None
+    return None
 
 
 QUANT_HELP = ("decoder-layer GEMMs in a quantised format: w8a16 / w4a16 (int weights, group-wise scales, dequantised "
@@ -141,7 +172,8 @@ def _skip_teardown() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:  # named with the command they were given to (the root parser would say `torchsim: error`)

@@ -8,11 +8,11 @@ import sys
 from typing import Any
 
 from torchsim.calibration.params import PARAMS
-from torchsim.cli import int_in
+from torchsim.cli import COMMAND_HELP, int_in
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="fit a few named physical parameters of a profile to measurements",
+    p = sub.add_parser("calibrate", help=COMMAND_HELP["calibrate"],
                        description="Fit a small, named set of physical parameters of a GPU profile (e.g. "
                        "dram_bytes_per_s, launch_overhead_s) to the kernel rows of a measurement file in the "
                        "published_dev.csv schema, report the fit per group and leave-one-source-out, and write a "

@@ -14,14 +14,13 @@ import argparse
 import json
 from typing import Any
 
-from torchsim.cli import UsageError, int_in
+from torchsim.cli import COMMAND_HELP, UsageError, int_in
 
 
 def register(sub: Any) -> None:
     from torchsim.sim.collectives import ALGORITHMS, COLLECTIVES, PROTOCOLS
 
-    p = sub.add_parser("collective", help="cost of an NCCL collective on a multi-GPU system, or of a tt-metal CCL "
-                       "op on a Tenstorrent mesh (time, algbw, busbw)")
+    p = sub.add_parser("collective", help=COMMAND_HELP["collective"])
     p.add_argument("name", metavar="COLLECTIVE", help=f"one of {', '.join(COLLECTIVES)}")
     p.add_argument("--system", required=True, help="system profile, e.g. dgx-h100 or t3000 (`torchsim hw list`), "
                    "or a what-if .toml based on a GPU system")

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from torchsim.cli import UsageError, add_quant_option, approximated, int_in
+from torchsim.cli import COMMAND_HELP, UsageError, add_quant_option, approximated, int_in
 from torchsim.cli.options import add_parallel_options
 from torchsim.cli.outputs import add_output_options, write_prediction_outputs
 from torchsim.exports.adapt import kernel_detail
@@ -27,7 +27,7 @@ DEFAULT_HW = "a100-sxm,h100-sxm,h200,b200"
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("compare", help="predict one model on several hardware profiles, side by side",
+    p = sub.add_parser("compare", help=COMMAND_HELP["compare"],
                        description="Side-by-side TTFT, TPOT, tokens/s, top kernels and bound per hardware profile.")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"model name (default {DEFAULT_MODEL})")
     p.add_argument("--hw", default=DEFAULT_HW,

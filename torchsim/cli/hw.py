@@ -6,11 +6,12 @@ import argparse
 import json
 from typing import Any
 
+from torchsim.cli import COMMAND_HELP
 from torchsim.hwmodels import get_profile, profile_names
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("hw", help="list hardware profiles or show one with the provenance of every number")
+    p = sub.add_parser("hw", help=COMMAND_HELP["hw"])
     hs = p.add_subparsers(dest="hw_command", required=True)
     ls = hs.add_parser("list", help="list the built-in profiles (single devices, then multi-GPU systems)")
     ls.add_argument("--json", action="store_true", help="print JSON")

@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from torchsim.cli import UsageError, int_in
+from torchsim.cli import COMMAND_HELP, UsageError, int_in
 from torchsim.cli.outputs import add_output_options, wants_records, write_kernel_outputs
 from torchsim.hwmodels import get_profile
 from torchsim.sim import POLICIES, KernelResult, simulate
@@ -23,7 +23,7 @@ KERNELS = ("gemm", "attention", "decode", "grouped_gemm", "rmsnorm", "memory_bou
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("kernel", help="simulate one kernel")
+    p = sub.add_parser("kernel", help=COMMAND_HELP["kernel"])
     ks = p.add_subparsers(dest="kernel", required=True)
     for name in KERNELS:
         importlib.import_module(f"torchsim.cli.kernels.{name}").register(ks)

@@ -7,9 +7,11 @@ import argparse
 import sys
 from typing import Any
 
+from torchsim.cli import COMMAND_HELP
+
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("microbench", help="measure this machine's GPU into a file `torchsim calibrate` reads",
+    p = sub.add_parser("microbench", help=COMMAND_HELP["microbench"],
                        description="Measure on the local GPU (needs a CUDA build of PyTorch): bf16 and FP8 GEMMs "
                        "(torch.matmul, torch._scaled_mm), SDPA prefill and decode, read/write/copy bandwidth, and "
                        "kernel launch intervals eager and in a CUDA graph, and the SM clock and board power large "

@@ -11,14 +11,14 @@ import argparse
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchsim.cli import int_in
 from torchsim.cli.paths import nodes_path as nodes_path  # re-exported for callers of the writers
-from torchsim.exports.adapt import kernel_detail, kernel_record
-from torchsim.exports.parquet import write_kernels, write_nodes
-from torchsim.exports.perfetto import write_trace
-from torchsim.exports.records import KernelDetail, KernelRecord, PredictionRecords, RunInfo
+
+if TYPE_CHECKING:  # the writers import the exporters (pyarrow, Perfetto's protos) when they write: `--help` and an
+    # argument error do not wait for them
+    from torchsim.exports.records import KernelDetail, KernelRecord, PredictionRecords
 
 
 def add_output_options(p: argparse.ArgumentParser, detail: bool = False) -> None:
@@ -53,6 +53,11 @@ def write_kernel_outputs(args: argparse.Namespace, launches: Sequence[tuple[Any,
     lines: list[str] = []
     if not launches:
         return lines
+    from torchsim.exports.adapt import kernel_detail, kernel_record
+    from torchsim.exports.parquet import write_kernels, write_nodes
+    from torchsim.exports.perfetto import write_trace
+    from torchsim.exports.records import PredictionRecords, RunInfo
+
     run = RunInfo(f"{launches[0][1].name}-{hw.name}", model="", hardware=hw.name)
     records: list[KernelRecord] = []
     t_cycles, t_us = 0, 0.0
@@ -106,6 +111,9 @@ def write_prediction_outputs(args: argparse.Namespace, preds: Sequence[Predictio
     `detail_for(pred, kernel)` re-simulates one kernel with node recording (the API knows how); it is called
     for the `--detail N` slowest distinct kernels of each prediction (among those `eligible` accepts).
     """
+    from torchsim.exports.parquet import write_kernels
+    from torchsim.exports.perfetto import write_trace
+
     lines: list[str] = []
     if getattr(args, "parquet", None):
         t = time.perf_counter()

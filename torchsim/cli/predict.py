@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, approximated, int_in
+from torchsim.cli import COMMAND_HELP, UsageError, approximated, int_in
 from torchsim.cli.options import add_parallel_options, add_precision_options, system_device
 from torchsim.cli.outputs import add_output_options
 from torchsim.models import DEFAULT_MODEL
@@ -19,7 +19,7 @@ from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("predict", help="predict prefill and decode latency of a model on a GPU",
+    p = sub.add_parser("predict", help=COMMAND_HELP["predict"],
                        description="Predict time to first token, time per output token and throughput, with the "
                        "kernels each step launches.")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,

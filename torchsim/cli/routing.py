@@ -10,11 +10,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from torchsim.cli import UsageError, int_in
+from torchsim.cli import COMMAND_HELP, UsageError, int_in
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("routing", help="record or show MoE routing counts (tokens per expert per layer)")
+    parser = subparsers.add_parser("routing", help=COMMAND_HELP["routing"])
     sub = parser.add_subparsers(dest="routing_command", required=True)
     rec = sub.add_parser("record", help="run an MoE model's routers on token inputs and save the counts")
     src = rec.add_mutually_exclusive_group()

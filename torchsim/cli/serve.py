@@ -18,7 +18,7 @@ import math
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, int_in
+from torchsim.cli import COMMAND_HELP, UsageError, int_in
 from torchsim.cli.options import add_precision_options, system_device
 from torchsim.cli.paths import iterations_path
 from torchsim.models import DEFAULT_MODEL
@@ -29,7 +29,7 @@ MAX_CLIENTS = 1 << 20
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("serve", help="serve a model under a request load (continuous batching, latency percentiles)",
+    p = sub.add_parser("serve", help=COMMAND_HELP["serve"],
                        usage="torchsim serve [MODEL] (--requests FILE | --rate QPS[,...] | --concurrency N[,...] | "
                        "--offline) [options]",
                        description="Serve a model on a GPU (or a tensor-parallel group) under a request load: a "

@@ -15,12 +15,12 @@ import math
 import sys
 from typing import Any
 
-from torchsim.cli import UsageError, add_quant_option, int_in
+from torchsim.cli import COMMAND_HELP, UsageError, add_quant_option, int_in
 from torchsim.lowering.templates.gemm_config import Epilogue, Pipeline
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("sweep", help="sweep hardware knobs over a model step or one kernel",
+    p = sub.add_parser("sweep", help=COMMAND_HELP["sweep"],
                        description="Evaluate the cartesian product of --vary knobs (profile fields, in their "
                        "units) and write one Parquet row per point.")
     p.add_argument("target", help="model name (see `torchsim predict --list`), or `kernel`")
