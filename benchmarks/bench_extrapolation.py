@@ -1,9 +1,10 @@
 """Extrapolated kernels (torchsim.prediction.repeats) against their full simulation, and wall times at scale.
 
     python benchmarks/bench_extrapolation.py --corpus     error of each corpus kernel vs its full simulation
-    python benchmarks/bench_extrapolation.py --walls      cold wall time + peak memory of the large cases
+    python benchmarks/bench_extrapolation.py --walls      cold wall time, warm rerun + peak memory of the large cases
+    python benchmarks/bench_extrapolation.py --startup    --help and argument errors (median of 5 processes)
     python benchmarks/bench_extrapolation.py --reuse      calls interpolated along one size vs their full simulation
-    python benchmarks/bench_extrapolation.py              all three
+    python benchmarks/bench_extrapolation.py              all four
 
 The corpus (>= 40 kernels: GEMM, grouped GEMM, FA2/FA3/FA4 prefill (causal: long prompts and batches of short
 ones), Flash-Decoding, FlashMLA, RMSNorm on the four GPUs, add_rmsnorm and embeddings on two, and Tensix
@@ -210,6 +211,12 @@ def run_walls(only: str | None) -> list[dict[str, Any]]:
             wall = time.perf_counter() - t
             out, err = out_f.read_bytes(), err_f.read_bytes()
             peak_mb = float(rss_f.read_text().split()[-1]) / 1024 if rss_f.exists() else float("nan")
+            warm = float("nan")
+            if argv[0] in ("predict", "compare"):  # the same command again on the disk and plan caches it filled
+                t = time.perf_counter()
+                subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+                               check=False)
+                warm = time.perf_counter() - t
         info = ""
         try:
             d = json.loads(out.decode().strip().splitlines()[-1])
@@ -217,8 +224,37 @@ def run_walls(only: str | None) -> list[dict[str, Any]]:
                     f"{d.get('method', '')}")
         except (ValueError, IndexError, AttributeError):
             info = err.decode().strip().splitlines()[-1] if err else "no output"
-        rows.append({"case": label, "wall_s": wall, "peak_mb": peak_mb, "result": info})
-        print(f"  {label:60s} {wall:6.1f} s  peak {peak_mb:6.0f} MB  {info}", flush=True)
+        rows.append({"case": label, "wall_s": wall, "warm_s": warm, "peak_mb": peak_mb, "result": info})
+        rerun = f"warm {warm:4.2f} s" if warm == warm else " " * 11
+        print(f"  {label:60s} {wall:6.1f} s  {rerun}  peak {peak_mb:6.0f} MB  {info}", flush=True)
+    return rows
+
+
+STARTUP: list[tuple[str, list[str]]] = [
+    ("torchsim --help", ["--help"]),
+    ("torchsim predict --help", ["predict", "--help"]),
+    ("argument error: predict --batch lots", ["predict", "--batch", "lots"]),
+    ("argument error: kernel gemm --m x", ["kernel", "gemm", "--m", "x"]),
+    ("torchsim hw list", ["hw", "list"]),
+]
+
+
+def run_startup(only: str | None, repeats: int = 5) -> list[dict[str, Any]]:
+    """Median wall time of `repeats` fresh processes per command (none simulates or imports torch)."""
+    rows = []
+    for label, argv in STARTUP:
+        if only and only not in label:
+            continue
+        walls = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "torchsim", *argv], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                           check=False)
+            walls.append(time.perf_counter() - t)
+        median = sorted(walls)[len(walls) // 2]
+        rows.append({"case": label, "median_s": median, "walls_s": walls})
+        print(f"  {label:60s} {median:6.2f} s  (median of {repeats}; {min(walls):.2f}-{max(walls):.2f})", flush=True)
     return rows
 
 
@@ -227,11 +263,12 @@ def main() -> None:
     ap.add_argument("--corpus", action="store_true")
     ap.add_argument("--walls", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="interpolated calls (prediction-level reuse) vs full")
+    ap.add_argument("--startup", action="store_true", help="--help and argument errors, median of 5 processes")
     ap.add_argument("--budget", type=int, default=5_000, help="node events above which the corpus extrapolates")
     ap.add_argument("--only", default=None, help="run the cases whose label contains this text")
     ap.add_argument("--json", default=None, help="write the rows to this file")
     args = ap.parse_args()
-    both = not (args.corpus or args.walls or args.reuse)
+    both = not (args.corpus or args.walls or args.reuse or args.startup)
     out: dict[str, Any] = {}
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work shares it)")
     if args.corpus or both:
@@ -240,8 +277,11 @@ def main() -> None:
     if args.reuse or both:
         print("calls interpolated along one size vs their full simulation:")
         out["reuse"] = run_reuse(args.only)
+    if args.startup or both:
+        print("start-up (fresh process, no simulation):")
+        out["startup"] = run_startup(args.only)
     if args.walls or both:
-        print("cold wall time (fresh process, empty disk cache) and peak memory:")
+        print("cold wall time (fresh process, empty disk cache), a warm rerun (same caches) and peak memory:")
         out["walls"] = run_walls(args.only)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
