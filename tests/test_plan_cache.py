@@ -52,6 +52,26 @@ def test_a_warm_run_gives_the_cold_runs_prediction_without_capturing(cache_dir: 
     assert warm.stats["from_disk_cache"] == warm.stats["distinct_kernels"]
 
 
+def test_a_warm_run_takes_the_event_estimate_from_the_plan(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation limit's estimate (stats.events.estimated) is kept with the plan: a warm run reports the same
+    figure without laying out any call's kernels again (0.9 s of a warm 80-layer prediction); a run with another
+    per-kernel threshold estimates its own."""
+    import torchsim.prediction.limits as limits
+
+    cold = predict("llama-tiny", "h100-sxm", **ARGS)
+    ks.clear_memo()
+    monkeypatch.setattr(limits, "call_events", lambda *a, **k: pytest.fail("estimated on a warm run"))
+    warm = predict("llama-tiny", "h100-sxm", **ARGS)
+    assert warm.stats["events"]["estimated"] == cold.stats["events"]["estimated"] > 0
+    monkeypatch.undo()
+    estimated: list[Any] = []
+    real = limits.call_events
+    monkeypatch.setattr(limits, "call_events", lambda *a, **k: estimated.append(a) or real(*a, **k))
+    ks.clear_memo()
+    predict("llama-tiny", "h100-sxm", max_sim_events=1_000, **ARGS)
+    assert estimated  # another threshold: another plan entry, its own estimates
+
+
 def test_no_cache_skips_the_plan_cache(cache_dir: Path) -> None:
     predict("llama-tiny", "h100-sxm", cache=False, **ARGS)
     assert not _entries(cache_dir)

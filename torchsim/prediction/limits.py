@@ -120,6 +120,14 @@ class EventBudget:
             self._seen[key] = call_events(call, self.hw, self.max_events)
         return self.events[key][1] if key in self.events else self._seen[key]
 
+    def known(self) -> dict[tuple[Any, ...], int]:
+        """Every estimate made so far, by call key (kept with a captured plan: `seed`)."""
+        return {**self._seen, **{k: e for k, (_c, e) in self.events.items()}}
+
+    def seed(self, estimates: dict[tuple[Any, ...], int]) -> None:
+        """Take estimates an earlier run made for the same profile and threshold (not counted until `add`)."""
+        self._seen.update((k, int(e)) for k, e in estimates.items() if k not in self.events)
+
     def add(self, calls: Iterable[KernelCall]) -> int:
         """Estimate the calls not yet counted, and raise SimulationLimitError when the total exceeds the limit."""
         for c in calls:

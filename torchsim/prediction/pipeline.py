@@ -174,6 +174,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if entry is not None:  # the plans of an earlier run of the same prediction: no torch, no capture
         t_setup = t_plan = time.perf_counter()
         plans: list[Any] = list(entry.plans)
+        budget.seed(getattr(entry, "events", {}).get(max_sim_events, {}))
         budget.add(c for p in plans for c in p.calls)
         w_bytes = entry.weight_bytes
         warnings, memory = _memory_fit(entry.name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=entry.kv_dtype,
@@ -190,6 +191,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                 allow_oversubscribe=allow_oversubscribe, prompt_len=prompt_len, kv0=kv0, decode_steps=decode_steps,
                 sp=sp, budget=budget, early=early)
         if plan_cache and pkey:
+            entry.events[max_sim_events] = budget.known()
             plan_cache.put(pkey, entry)
     name, precision_fp8, kv_dtype, fmt, keep = entry.name, entry.fp8, entry.kv_dtype, entry.fmt, entry.keep
 

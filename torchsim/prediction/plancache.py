@@ -21,7 +21,7 @@ import os
 import pickle
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -61,6 +61,9 @@ class PlanEntry:
     facts: dict[str, Any]  # pipeline._model_facts
     approximations: tuple[str, ...]
     layers: int
+    # per-kernel extrapolation threshold -> call key -> its estimated node events (torchsim.prediction.limits), so
+    # that a warm rerun reports the same estimate without laying out the calls' kernels again
+    events: dict[int, dict[tuple[Any, ...], int]] = field(default_factory=dict)
 
     def check_entry(self, steps: int) -> None:
         if len(self.plans) != steps or not all(isinstance(p, StepPlan) and p.calls for p in self.plans):
