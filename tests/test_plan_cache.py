@@ -58,18 +58,28 @@ def test_a_warm_run_takes_the_event_estimate_from_the_plan(cache_dir: Path, monk
     per-kernel threshold estimates its own."""
     import torchsim.prediction.limits as limits
 
+    real = limits.call_events
+    estimated: list[Any] = []
+    warm_run = [False]
+
+    def spy(*a: Any, **k: Any) -> int:
+        if warm_run[0]:
+            pytest.fail("estimated on a warm run")
+        estimated.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(limits, "call_events", spy)
     cold = predict("llama-tiny", "h100-sxm", **ARGS)
+    assert estimated
     ks.clear_memo()
-    monkeypatch.setattr(limits, "call_events", lambda *a, **k: pytest.fail("estimated on a warm run"))
+    warm_run[0] = True
     warm = predict("llama-tiny", "h100-sxm", **ARGS)
     assert warm.stats["events"]["estimated"] == cold.stats["events"]["estimated"] > 0
-    monkeypatch.undo()
-    estimated: list[Any] = []
-    real = limits.call_events
-    monkeypatch.setattr(limits, "call_events", lambda *a, **k: estimated.append(a) or real(*a, **k))
+    warm_run[0] = False
+    estimated.clear()
     ks.clear_memo()
     predict("llama-tiny", "h100-sxm", max_sim_events=1_000, **ARGS)
-    assert estimated  # another threshold: another plan entry, its own estimates
+    assert estimated  # another per-kernel threshold: its own estimates
 
 
 def test_no_cache_skips_the_plan_cache(cache_dir: Path) -> None:
