@@ -230,6 +230,43 @@ def test_samples_run_on_several_processes_give_the_same_result() -> None:
     assert two.attrs["extrapolation"] == one.attrs["extrapolation"]
 
 
+def test_a_window_that_replaces_a_rejected_one_runs_its_samples_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On several processes, the samples a later window needs (a K loop whose first window is not yet steady)
+    are run ahead together, and along the inner dimension so are those the outer window's later samples will
+    need; the extrapolation reads the same results in the same order, so it is the one a single process makes."""
+    from torchsim.sim.result import KernelResult
+
+    def fake(sizes: dict[str, int]) -> KernelResult:  # per-K cost settles after 12 steps; each wave adds a CTA round
+        k, w = sizes.get("k", 64), sizes.get("waves", 16)
+        cycles = w * (1000 + 100 * k + (400 * (12 - k) if k < 12 else 0))
+        return KernelResult("g", "h100-sxm", cycles, 1.98e9, 1e9, 1e6, 0.0, {"tensor": 0.5}, {}, "tensor",
+                            float(w), 132 * w, 1, w * k)
+
+    def family() -> repeats.Family:
+        return repeats.Family("gemm", (repeats.Dim("waves", 16, 2, 1), repeats.Dim("k", 64, 6)), lambda sz: sz,
+                              16 * 64, 1e9, "g", 132 * 16, DType.BF16)
+
+    def run(g, share):  # type: ignore[no-untyped-def]
+        return fake(g)
+
+    one = repeats.Extrapolator(family())(run, 1.98e9)
+    groups: list[list[dict[str, int]]] = []
+
+    def in_process(work, gs):  # type: ignore[no-untyped-def]
+        groups.append([leaf for g in gs for leaf in g])
+        return [[work(x) for x in g] for g in gs]
+
+    monkeypatch.setattr(repeats, "_fork_join", in_process)
+    with repeats.parallel_samples(2):
+        ex = repeats.Extrapolator(family())
+        two = ex(run, 1.98e9)
+    assert (two.cycles, two.dram_bytes, two.node_events, two.attrs["extrapolation"]) == \
+        (one.cycles, one.dram_bytes, one.node_events, one.attrs["extrapolation"])
+    assert "k 64 from 12,18,24" in one.attrs["extrapolation"], one.attrs["extrapolation"]
+    ahead = groups[1]  # after the first leaves: K 24 of the window after the rejected (6, 12, 18), at each wave count
+    assert sorted((leaf["waves"], leaf["k"]) for leaf in ahead) == [(2, 24), (3, 24), (4, 24)]
+
+
 def test_a_sample_that_fails_in_a_forked_process_is_run_again_here() -> None:
     import os
 

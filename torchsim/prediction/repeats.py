@@ -290,6 +290,7 @@ class Extrapolator:
         self._clock: float | None = None
         self._ran: dict[tuple[tuple[str, int], ...], tuple[dict[str, float], Any]] = {}
         self._stash: dict[tuple[tuple[str, int], ...], Any] = {}  # samples run ahead (`_prefetch`), by sizes
+        self._later: list[dict[str, int]] = []  # the enclosing window's samples still to be measured (`_ahead`)
 
     def __call__(self, run: Callable[[KernelGraph, float], Any], clock_hz: float | None = None) -> Any:
         """The full kernel extrapolated from truncated instances run by `run` (simulating at `clock_hz`, when
@@ -453,8 +454,10 @@ class Extrapolator:
             xs = (a, a + st, a + 2 * st)
             if not _affordable(xs, used, d.full):
                 continue
+            if used:  # a later window: its new samples run ahead together
+                self._ahead(run, d, rest, sizes, [x for x in xs if x not in used])
             used |= set(xs)
-            (v1, _), (v2, _), (v3, r3) = (self._measure(run, rest, {**sizes, d.name: x}) for x in xs)
+            (v1, _), (v2, _), (v3, r3) = self._measure_all(run, d, rest, sizes, xs)
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
             e23 = _line(v2, v3, xs[1], xs[2], d.full)
             dis = abs(e23["cycles"] - e12["cycles"]) / max(e23["cycles"], 1.0)
@@ -464,6 +467,7 @@ class Extrapolator:
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
                 return e23, r3
         self.outcome.full_dims.add(d.name)
+        self._ahead(run, d, rest, sizes, [d.full])
         return self._measure(run, rest, {**sizes, d.name: d.full})
 
     def _extrapolate_quadratic(self, run: Callable[[KernelGraph, float], Any], d: Dim, rest: tuple[Dim, ...],
@@ -475,9 +479,13 @@ class Extrapolator:
         query blocks), which three-point parabolas amplify and five-point fits average out. Otherwise the spacing
         doubles, and past the last affordable one the dimension is simulated in full."""
         x_full = d.target or float(d.full)
+        used: set[int] = set()
         for a, _ in _windows(d):
             xs = tuple(a * j for j in range(1, QUAD_SAMPLES + 1))
-            got = [self._measure(run, rest, {**sizes, d.name: x}) for x in xs]
+            if used:
+                self._ahead(run, d, rest, sizes, [x for x in xs if x not in used])
+            used |= set(xs)
+            got = self._measure_all(run, d, rest, sizes, xs)
             vs = [g[0] for g in got]
             first, last = _lsq_quad(vs[:-1], xs[:-1], x_full), _lsq_quad(vs[1:], xs[1:], x_full)
             dis = abs(last["cycles"] - first["cycles"]) / max(last["cycles"], 1.0)
@@ -488,7 +496,39 @@ class Extrapolator:
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
                 return est, got[-1][1]
         self.outcome.full_dims.add(d.name)
+        self._ahead(run, d, rest, sizes, [d.full])
         return self._measure(run, rest, {**sizes, d.name: d.full})
+
+    def _measure_all(self, run: Callable[[KernelGraph, float], Any], d: Dim, rest: tuple[Dim, ...],
+                     sizes: dict[str, int], xs: tuple[int, ...]) -> list[tuple[dict[str, float], Any]]:
+        """`_measure` at each of a window's sizes in turn; while one is measured, the window's later sizes are
+        what `_ahead` may run ahead along an inner dimension."""
+        got = []
+        outer = self._later
+        try:
+            for i, x in enumerate(xs):
+                self._later = [{**sizes, d.name: y} for y in xs[i + 1:]]
+                got.append(self._measure(run, rest, {**sizes, d.name: x}))
+        finally:
+            self._later = outer
+        return got
+
+    def _ahead(self, run: Callable[[KernelGraph, float], Any], d: Dim, rest: tuple[Dim, ...],
+               sizes: dict[str, int], new: list[int]) -> None:
+        """Run ahead, on `parallel_samples` processes, the truncated instances a window that replaces a rejected
+        one is certain to run (its new sizes' first windows, nested) and, along the innermost dimension, those the
+        enclosing window's later samples will run if their own first window is rejected too (the same sizes there:
+        a K loop not yet steady at 2 waves is seldom steady at 3). Results are those `_run` would get (each run
+        is the same simulation), so nothing changes but the wall time; a guess not needed is never read."""
+        if _PROCESSES[0] <= 1 or not new:
+            return
+        leaves = [leaf for x in new for leaf in self._first_leaves(rest, {**sizes, d.name: x})]
+        if not rest:
+            full = len(self.family.dims)
+            leaves += [{**s, d.name: x} for s in self._later for x in new if len(s) + 1 == full]
+        keys = {tuple(sorted(leaf.items())) for leaf in leaves}
+        todo = [dict(k) for k in sorted(keys) if (0, k) not in self.memo and k not in self._stash]
+        self._prefetch(run, todo)
 
     def _result(self, vec: dict[str, float], r: Any) -> Any:
         from torchsim.sim.summary import _bound
