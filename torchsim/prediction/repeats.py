@@ -449,14 +449,16 @@ class Extrapolator:
         d, rest = dims[0], dims[1:]
         if d.order == 2:
             return self._extrapolate_quadratic(run, d, rest, sizes)
-        used: set[int] = set()
+        tried: list[tuple[int, ...]] = []  # the windows tried in turn until one is steady: those affordable
+        used: set[int] = set()  # with the samples of the windows before them
         for a, st in _windows(d):
-            xs = (a, a + st, a + 2 * st)
-            if not _affordable(xs, used, d.full):
-                continue
-            if used:  # a later window: its new samples run ahead together
-                self._ahead(run, d, rest, sizes, [x for x in xs if x not in used])
-            used |= set(xs)
+            window = (a, a + st, a + 2 * st)
+            if _affordable(window, used, d.full):
+                used |= set(window)
+                tried.append(window)
+        for i, xs in enumerate(tried):
+            if i:  # a later window: its new samples (and the next window's) run ahead together
+                self._ahead(run, d, rest, sizes, tried, i)
             (v1, _), (v2, _), (v3, r3) = self._measure_all(run, d, rest, sizes, xs)
             e12 = _line(v1, v2, xs[0], xs[1], d.full)
             e23 = _line(v2, v3, xs[1], xs[2], d.full)
@@ -467,7 +469,7 @@ class Extrapolator:
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
                 return e23, r3
         self.outcome.full_dims.add(d.name)
-        self._ahead(run, d, rest, sizes, [d.full])
+        self._ahead(run, d, rest, sizes, [*tried, (d.full,)], len(tried))
         return self._measure(run, rest, {**sizes, d.name: d.full})
 
     def _extrapolate_quadratic(self, run: Callable[[KernelGraph, float], Any], d: Dim, rest: tuple[Dim, ...],
@@ -479,12 +481,10 @@ class Extrapolator:
         query blocks), which three-point parabolas amplify and five-point fits average out. Otherwise the spacing
         doubles, and past the last affordable one the dimension is simulated in full."""
         x_full = d.target or float(d.full)
-        used: set[int] = set()
-        for a, _ in _windows(d):
-            xs = tuple(a * j for j in range(1, QUAD_SAMPLES + 1))
-            if used:
-                self._ahead(run, d, rest, sizes, [x for x in xs if x not in used])
-            used |= set(xs)
+        tried = [tuple(a * j for j in range(1, QUAD_SAMPLES + 1)) for a, _ in _windows(d)]
+        for i, xs in enumerate(tried):
+            if i:
+                self._ahead(run, d, rest, sizes, tried, i)
             got = self._measure_all(run, d, rest, sizes, xs)
             vs = [g[0] for g in got]
             first, last = _lsq_quad(vs[:-1], xs[:-1], x_full), _lsq_quad(vs[1:], xs[1:], x_full)
@@ -496,7 +496,7 @@ class Extrapolator:
                 self.outcome.disagreement = max(self.outcome.disagreement, dis)
                 return est, got[-1][1]
         self.outcome.full_dims.add(d.name)
-        self._ahead(run, d, rest, sizes, [d.full])
+        self._ahead(run, d, rest, sizes, [*tried, (d.full,)], len(tried))
         return self._measure(run, rest, {**sizes, d.name: d.full})
 
     def _measure_all(self, run: Callable[[KernelGraph, float], Any], d: Dim, rest: tuple[Dim, ...],
@@ -514,15 +514,20 @@ class Extrapolator:
         return got
 
     def _ahead(self, run: Callable[[KernelGraph, float], Any], d: Dim, rest: tuple[Dim, ...],
-               sizes: dict[str, int], new: list[int]) -> None:
-        """Run ahead, on `parallel_samples` processes, the truncated instances a window that replaces a rejected
-        one is certain to run (its new sizes' first windows, nested) and, along the innermost dimension, those the
-        enclosing window's later samples will run if their own first window is rejected too (the same sizes there:
-        a K loop not yet steady at 2 waves is seldom steady at 3). Results are those `_run` would get (each run
-        is the same simulation), so nothing changes but the wall time; a guess not needed is never read."""
-        if _PROCESSES[0] <= 1 or not new:
+               sizes: dict[str, int], tried: list[tuple[int, ...]], i: int) -> None:
+        """Run ahead, on `parallel_samples` processes, the truncated instances window `tried[i]`, which replaces a
+        rejected one, is certain to run (its new sizes' first windows, nested) with those of the window after it
+        (needed if this one is rejected too: one sample each along a K loop, which would otherwise run one after
+        the other) and, along the innermost dimension, the sizes window i adds at the enclosing window's later
+        samples (needed if their own first window is rejected too: a K loop not steady at 2 waves is seldom
+        steady at 3). Results are those `_run` would get (each run is the same simulation), so nothing changes
+        but the wall time; a guess not needed is never read."""
+        if _PROCESSES[0] <= 1:
             return
-        leaves = [leaf for x in new for leaf in self._first_leaves(rest, {**sizes, d.name: x})]
+        seen = set().union(*tried[:i])
+        new = sorted(set(tried[i]) - seen)
+        after = sorted(set(tried[i + 1]) - seen - set(tried[i])) if i + 1 < len(tried) else []
+        leaves = [leaf for x in [*new, *after] for leaf in self._first_leaves(rest, {**sizes, d.name: x})]
         if not rest:
             full = len(self.family.dims)
             leaves += [{**s, d.name: x} for s in self._later for x in new if len(s) + 1 == full]
