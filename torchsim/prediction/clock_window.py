@@ -108,10 +108,14 @@ def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any, idle_s: float = 0.
         cap = lo
     avg = average(cap)
     out = []
+    retimed: dict[_Kernel, Any] = {}  # one re-timed KernelSim per distinct launch, shared by its repeats
     for k, f in zip(ks, clocks(cap), strict=True):
         s = k.sim
         if not k.active or (f == s.clock_hz and not k.limited):
             out.append(s)
+            continue
+        if k in retimed:
+            out.append(retimed[k])
             continue
         why = (f"power window: {f / 1e9:.3f} GHz, the step's shared clock"
                + (f" (cap {cap / 1e9:.3f} GHz: {avg:.0f} W averaged over the step, limit {limit:.0f} W)"
@@ -119,5 +123,6 @@ def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any, idle_s: float = 0.
                + f"; alone it sustains {s.clock_hz / 1e9:.3f} GHz")
         t = k.time(f)
         cycles = int(round(s.cycles * f / s.clock_hz)) if not k.limited else s.cycles
-        out.append(replace(s, time_s=t, clock_hz=f, cycles=cycles, power_w=k.power(hw, f), clock_reason=why))
+        retimed[k] = replace(s, time_s=t, clock_hz=f, cycles=cycles, power_w=k.power(hw, f), clock_reason=why)
+        out.append(retimed[k])
     return out
