@@ -131,4 +131,13 @@ def test_the_light_parser_lists_every_command_with_its_own_help_line() -> None:
     assert lines(build_parser(None)) == full
     assert lines(build_parser("predict")) == full
     assert command_of(["--debug", "predict", "--batch", "2"]) == "predict"
+    assert command_of(["--deb", "hw", "list"]) == "hw"
     assert command_of(["--help"]) is None and command_of(["nope"]) is None
+
+
+def test_an_abbreviated_root_option_before_the_command_gets_its_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse takes `--deb` for --debug; the command after it is parsed with its own options either way."""
+    from torchsim.cli import main
+
+    assert main(["--deb", "hw", "show", "h100-sxm", "--json"]) == 0
+    assert '"name"' in capsys.readouterr().out

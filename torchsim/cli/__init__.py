@@ -99,7 +99,7 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
 def command_of(argv: list[str]) -> str | None:
     """The command a command line names (its first word that is not an option), or None."""
     for word in argv:
-        if word == "--debug":
+        if len(word) > 2 and "--debug".startswith(word):  # the root option, or its abbreviation (`--deb`)
             continue
         return word if word in COMMANDS else None
     return None
@@ -176,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command_of(argv))
     try:
         args, extra = parser.parse_known_args(argv)
+        if getattr(args, "command", None) in COMMANDS and not hasattr(args, "func"):  # the command came after an
+            # abbreviated root option (`--deb`): parse again with its own parser
+            parser = build_parser(args.command)
+            args, extra = parser.parse_known_args(argv)
         if extra:  # named with the command they were given to (the root parser would say `torchsim: error`)
             nested = getattr(args, _NESTED.get(args.command, ""), None)
             command = " ".join(["torchsim", args.command, *([nested] if isinstance(nested, str) else [])])
