@@ -85,9 +85,6 @@ def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any, idle_s: float = 0.
     def clock(k: _Kernel, cap: float) -> float:
         return min(k.f_fast, cap) if k.limited else min(f_hi, cap)
 
-    def clocks(cap: float) -> list[float]:
-        return [clock(k, cap) for k in ks]
-
     def average(cap: float) -> float:
         at = {}  # distinct kernel -> (its time, its energy) at this cap
         for k in distinct.values():
@@ -107,22 +104,18 @@ def share_clock(launches: Sequence[tuple[Any, Any]], hw: Any, idle_s: float = 0.
             lo, hi = (mid, hi) if average(mid) <= limit else (lo, mid)
         cap = lo
     avg = average(cap)
-    out = []
-    retimed: dict[_Kernel, Any] = {}  # one re-timed KernelSim per distinct launch, shared by its repeats
-    for k, f in zip(ks, clocks(cap), strict=True):
-        s = k.sim
+
+    def retimed(k: _Kernel) -> Any:
+        """The launch's KernelSim at its clock under the cap (shared by the launches it repeats)."""
+        s, f = k.sim, clock(k, cap)
         if not k.active or (f == s.clock_hz and not k.limited):
-            out.append(s)
-            continue
-        if k in retimed:
-            out.append(retimed[k])
-            continue
+            return s
         why = (f"power window: {f / 1e9:.3f} GHz, the step's shared clock"
                + (f" (cap {cap / 1e9:.3f} GHz: {avg:.0f} W averaged over the step, limit {limit:.0f} W)"
                   if f == cap else f" (this kernel's fast limit, {fast_limit_w(hw):.0f} W)")
                + f"; alone it sustains {s.clock_hz / 1e9:.3f} GHz")
-        t = k.time(f)
         cycles = int(round(s.cycles * f / s.clock_hz)) if not k.limited else s.cycles
-        retimed[k] = replace(s, time_s=t, clock_hz=f, cycles=cycles, power_w=k.power(hw, f), clock_reason=why)
-        out.append(retimed[k])
-    return out
+        return replace(s, time_s=k.time(f), clock_hz=f, cycles=cycles, power_w=k.power(hw, f), clock_reason=why)
+
+    out = {k: retimed(k) for k in distinct.values()}
+    return [out[k] for k in ks]

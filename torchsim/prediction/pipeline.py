@@ -174,7 +174,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
     if entry is not None:  # the plans of an earlier run of the same prediction: no torch, no capture
         t_setup = t_plan = time.perf_counter()
         plans: list[Any] = list(entry.plans)
-        budget.seed(getattr(entry, "events", {}).get(max_sim_events, {}))
+        budget.seed(entry.events.get(max_sim_events, {}))
         budget.add(c for p in plans for c in p.calls)
         w_bytes = entry.weight_bytes
         warnings, memory = _memory_fit(entry.name, prof, w_bytes, plans, tp=tp, batch=batch, kv_dtype=entry.kv_dtype,

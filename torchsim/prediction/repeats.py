@@ -190,6 +190,23 @@ def _affordable(xs: tuple[int, ...], used: set[int], full: int) -> bool:
     (`WORTH`); a later one, with the samples run so far, stays within the full dimension (`SAMPLE_BUDGET`)."""
     return sum(used | set(xs)) <= (SAMPLE_BUDGET if used else WORTH) * full
 
+
+def _tried(d: Dim) -> list[tuple[int, ...]]:
+    """The sample windows an extrapolation along `d` tries in turn until one is steady: a quadratic dimension's
+    every window (five samples each), a linear one's those affordable (`_affordable`) with the samples of the
+    windows before them; empty when none is (the dimension is then simulated in full)."""
+    if d.order == 2:
+        return [tuple(a * j for j in range(1, QUAD_SAMPLES + 1)) for a, _ in _windows(d)]
+    tried: list[tuple[int, ...]] = []
+    used: set[int] = set()
+    for a, st in _windows(d):
+        window = (a, a + st, a + 2 * st)
+        if _affordable(window, used, d.full):
+            used |= set(window)
+            tried.append(window)
+    return tried
+
+
 _PROCESSES = [1]  # processes the samples of one phase of an extrapolation run on (`parallel_samples`)
 
 
@@ -393,14 +410,8 @@ class Extrapolator:
         if not dims:
             return [sizes]
         d, rest = dims[0], dims[1:]
-        xs: tuple[int, ...] = (d.full,)
-        for a, st in _windows(d):
-            if d.order == 2:
-                xs = tuple(a * j for j in range(1, QUAD_SAMPLES + 1))
-                break
-            if _affordable((a, a + st, a + 2 * st), set(), d.full):
-                xs = (a, a + st, a + 2 * st)
-                break
+        tried = _tried(d)
+        xs = tried[0] if tried else (d.full,)
         return [leaf for x in xs for leaf in self._first_leaves(rest, {**sizes, d.name: x})]
 
     def _rule_leaves(self, dims: tuple[Dim, ...], sizes: dict[str, int]) -> list[dict[str, int]]:
@@ -449,13 +460,7 @@ class Extrapolator:
         d, rest = dims[0], dims[1:]
         if d.order == 2:
             return self._extrapolate_quadratic(run, d, rest, sizes)
-        tried: list[tuple[int, ...]] = []  # the windows tried in turn until one is steady: those affordable
-        used: set[int] = set()  # with the samples of the windows before them
-        for a, st in _windows(d):
-            window = (a, a + st, a + 2 * st)
-            if _affordable(window, used, d.full):
-                used |= set(window)
-                tried.append(window)
+        tried = _tried(d)
         for i, xs in enumerate(tried):
             if i:  # a later window: its new samples (and the next window's) run ahead together
                 self._ahead(run, d, rest, sizes, tried, i)
@@ -481,7 +486,7 @@ class Extrapolator:
         query blocks), which three-point parabolas amplify and five-point fits average out. Otherwise the spacing
         doubles, and past the last affordable one the dimension is simulated in full."""
         x_full = d.target or float(d.full)
-        tried = [tuple(a * j for j in range(1, QUAD_SAMPLES + 1)) for a, _ in _windows(d)]
+        tried = _tried(d)
         for i, xs in enumerate(tried):
             if i:
                 self._ahead(run, d, rest, sizes, tried, i)
