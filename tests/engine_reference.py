@@ -135,6 +135,9 @@ def main() -> None:
     stored = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     out: dict[str, Any] = {}
     bad = 0
+    from torchsim.sim import native
+
+    print(f"engine: {native.ENGINE} ({native.WHY})")
     for name in CASES:
         t0 = time.perf_counter()
         out[name] = json.loads(json.dumps(run_case(name)))

@@ -16,7 +16,7 @@ from typing import Any
 from torchsim.cli import COMMAND_HELP, UsageError, int_in
 from torchsim.cli.outputs import add_output_options, wants_records, write_kernel_outputs
 from torchsim.hwmodels import get_profile
-from torchsim.sim import POLICIES, KernelResult, simulate
+from torchsim.sim import POLICIES, KernelResult, native, simulate
 from torchsim.sim.sustained import simulate_sustained
 
 KERNELS = ("gemm", "attention", "decode", "grouped_gemm", "rmsnorm", "memory_bound")
@@ -174,7 +174,7 @@ def report(res: KernelResult, kernel: Any, args: argparse.Namespace, extra: dict
         "bound": res.bound, "waves": res.waves, "ctas": res.ctas, "ctas_per_sm": res.ctas_per_sm,
         "l2_hit_rate": res.l2_hit_rate, "unit_utilisation": res.unit_busy, "stall_cycles": res.stalls,
         "config": {k: v for k, v in kernel.attrs.items() if k != "template"}, **extra,
-        "sim_wall_s": res.attrs.get("wall_s"), "node_events": res.node_events,
+        "sim_wall_s": res.attrs.get("wall_s"), "engine_build": native.ENGINE, "node_events": res.node_events,
         "method": res.attrs.get("method", "exact"), "extrapolation": res.attrs.get("extrapolation", ""),
         "tensor_datapath_fill": _extrapolated_fill(res, hw, kernel) if header else
         kernel.tensor_datapath_fill() if hasattr(kernel, "tensor_datapath_fill") else None,

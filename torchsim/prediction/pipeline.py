@@ -284,6 +284,8 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
         "HBM floor uses the profile's sustained bandwidth "
         f"({prof.dram_bytes_per_s_value / 1e12:.2f} TB/s, {prof.dram_bytes_per_s.kind})",
     )
+    from torchsim.sim import native  # the engine build, for the record (a warm rerun may not load the engine else)
+
     stats = {"distinct_kernels": len(distinct), "simulated_now": len(todo) - (disk.hits if disk else 0),
              "from_disk_cache": disk.hits if disk else 0, "fallback_kernels": n_fb,
              "proofs": list(plans[0].proofs), "weight_bytes": w_bytes, "memory": memory,
@@ -292,6 +294,7 @@ def predict(model: Any = "llama3-8b", hw: Any = "h100-sxm", *, prompt_len: int =
                                          for s in simulate_launches(c, prof, max_events=max_sim_events))},
              **({"pipeline": {"prefill": stages[0], "decode": stages[1] if len(stages) > 1 else None}}
                 if pp > 1 else {}),
+             "engine_build": native.ENGINE,  # the compiled engine or its Python source (torchsim.sim.native)
              **entry.facts, **({"quant": fmt.name} if fmt is not None else {})}
     timings = {"setup": t_setup - t0, "capture_plan": t_plan - t_setup, "simulate": t_sim - t_plan,
                "total": time.perf_counter() - t0}

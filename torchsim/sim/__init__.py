@@ -3,6 +3,9 @@
 Never imports torch or torchsim.lowering.
 """
 
+from torchsim.sim import (
+    native as native,  # first: picks the compiled engine modules or their source (torchsim.sim.native)
+)
 from torchsim.sim.ccws import CacheConscious  # registers the "ccws" policy
 from torchsim.sim.engine import simulate
 from torchsim.sim.policy import (

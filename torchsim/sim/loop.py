@@ -18,12 +18,27 @@ import heapq
 from math import ceil
 from typing import Any
 
+import cython
+
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.memory import K_LDG, K_PIPE, K_REMOTE, K_WRITE
 from torchsim.sim.prepare import ISSUE_ONLY, R_INSTANT, R_QUEUE
-from torchsim.sim.state import EV_DONE, EV_LAUNCH, EV_READY, EV_SYNC, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState
+from torchsim.sim.resources import Pipeline
+from torchsim.sim.state import EV_DONE, EV_LAUNCH, EV_READY, EV_SYNC, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState, SmState
+
+# C types for the compiled build (torchsim.sim.native: Cython); plain Python ignores them. A name typed Int
+# rejects anything but an int (a float there raises TypeError, never rounds), so only names that hold nothing
+# else are; a `bint` converts any value to its truth, so only flags are.
+Int = cython.typedef(cython.longlong)
 
 
+@cython.locals(t=Int, cta=CtaState, sm=SmState, unit=Pipeline, u=Pipeline, pt=Pipeline, port=Pipeline, j=Int, k=Int,
+               n=Int, occ=Int, s=Int, sp=Int, rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int,
+               dep=Int, w=Int, rk=Int, spmax=Int, nxt=Int, lb=Int, f=Int, sp0=Int, uid=Int, x=Int, nsp=Int,
+               gl=list, pred=list, data_at=list, spf=list, queues=list, q=list, ulist=list, e=tuple, lasts=list,
+               policies=list, sms=list, active=list, stalls=list, rkind=list, general=cython.bint,
+               bk=cython.bint, flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint,
+               throttles=cython.bint, clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -37,7 +52,7 @@ def event_loop(eng: Any) -> int:
     l2lines = l2.lines
     l2_touch, l2_evict = l2lines.move_to_end, l2lines.popitem
     dram_serve = eng.dram.serve_kind  # DramServer: the cost per byte depends on the read/write mix
-    l1_lat, l2_lat, dram_lat = (getattr(eng, f, 0) for f in ("l1_lat", "l2_lat", "dram_lat"))
+    l1_lat, l2_lat, dram_lat = (getattr(eng, a, 0) for a in ("l1_lat", "l2_lat", "dram_lat"))
     full = eng.full
     lazy = eng.lazy
     # a sorting or throttling policy, or clusters: the SM scan of IssueMixin._choose, waking at what it names
@@ -57,6 +72,7 @@ def event_loop(eng: Any) -> int:
     # the subpartitions whose queues can hold entries (every node's first subpartition), in issue order
     active = sorted({sp0 for p in eng.preps for sp0 in p.sp0})
 
+    @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list)
     def enqueue(cta: CtaState, k: int, t: int) -> None:
         """Node k of cta, which needs a unit and waits on no barrier, has every edge released at t: it joins its
         subpartition's queue (when data released at a predecessor's issue arrives later: then). An SM whose node
@@ -103,6 +119,7 @@ def event_loop(eng: Any) -> int:
             cal[x] = [ev]
             push(times, x)
 
+    @cython.locals(cta=CtaState, k=Int, t=Int, need=Int, b=Int)
     def ready(cta: CtaState, k: int, t: int) -> None:
         """Node k of cta has every edge released at t: a barrier wait short of its arrivals waits on them, a
         synchronisation node retires in this cycle's issue rounds, any other node joins its queue."""
@@ -267,10 +284,10 @@ def event_loop(eng: Any) -> int:
                             u = e[4]
                             if not u.queued and u.free_at > t:
                                 continue
-                            key = e[0] != lsp if gto else e[0] <= lsp if rr else False
-                            if best is None or key < bk or key == bk and e < best:
+                            flag = e[0] != lsp if gto else e[0] <= lsp if rr else False
+                            if best is None or flag < bk or flag == bk and e < best:
                                 best = e
-                                bk = key
+                                bk = flag
                                 unit = u
                         if best is None:
                             continue
@@ -371,11 +388,11 @@ def event_loop(eng: Any) -> int:
                                 while l2.used > l2.capacity and l2lines:
                                     l2.used -= l2_evict(False)[1]
                                 hit = False
-                            x = l2srv.free_at  # BandwidthServer.serve
-                            if t > x:
-                                x = t
+                            xf = l2srv.free_at  # BandwidthServer.serve
+                            if t > xf:
+                                xf = t
                             dur = work / l2srv.bytes_per_cycle
-                            l2_end = l2srv.free_at = x + dur
+                            l2_end = l2srv.free_at = xf + dur
                             l2srv.bytes += work
                             l2srv.busy_cycles += dur
                             if l2_end > end:  # max(front end, L2[, DRAM]) without the slow builtin
@@ -386,9 +403,9 @@ def event_loop(eng: Any) -> int:
                             elif hit:
                                 lat = l2_lat
                             else:
-                                x = dram_serve(t, work, False)
-                                if x > end:
-                                    end = x
+                                xf = dram_serve(t, work, False)
+                                if xf > end:
+                                    end = xf
                                 lat = dram_lat
                             done = ceil(end + lat + extra)
                             start = done - t - (lat + extra + occ)  # queueing beyond the unloaded latency

@@ -1,0 +1,86 @@
+"""The compiled engine build (torchsim.sim.native, setup.py): the Python source gives the same results as the
+compiled modules, a compiled module whose source changed is not used, and TORCHSIM_PURE_PYTHON runs the source."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchsim.sim import native
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **env})
+
+
+def _hashes() -> dict[str, str]:
+    return {n: hashlib.sha256((native.HERE / f"{n}.py").read_bytes()).hexdigest() for n in native.MODULES}
+
+
+def test_this_process_runs_what_check_decided() -> None:
+    import torchsim.sim.loop as loop
+
+    compiled = not loop.__file__.endswith(".py")
+    assert native.ENGINE == ("compiled" if compiled else "python"), native.WHY
+    if compiled:  # every compiled module is the one built from today's source
+        assert native._stale() == [] and all(native._compiled_path(n) for n in native.MODULES)
+
+
+def test_stale_names_the_modules_whose_source_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = tmp_path / "record.json"
+    monkeypatch.setattr(native, "RECORD", record)
+    assert native._stale() == list(native.MODULES)  # no record: nothing is known to match
+    record.write_text(json.dumps(_hashes()))
+    assert native._stale() == []
+    record.write_text(json.dumps({**_hashes(), "loop": "0" * 64}))
+    assert native._stale() == ["loop"]
+    record.write_text("{not json")
+    assert native._stale() == list(native.MODULES)
+
+
+def test_pure_python_variable_runs_the_source() -> None:
+    out = _run("import torchsim.sim.native as n, torchsim.sim.loop as l, torchsim.sim.state as s\n"
+               "print(n.ENGINE, l.__file__.endswith('loop.py'), s.__file__.endswith('state.py'))",
+               TORCHSIM_PURE_PYTHON="1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["python", "True", "True"]
+
+
+@pytest.mark.skipif(native.ENGINE != "compiled", reason="the engine is not compiled here: the golden tests cover the "
+                                                        "Python source")
+def test_a_stale_build_warns_and_runs_the_source(tmp_path: Path) -> None:
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({**_hashes(), "state": "0" * 64}))
+    out = _run("import sys, warnings\n"
+               "import torchsim.sim.native as n\n"
+               "for m in n.MODULES: del sys.modules[f'torchsim.sim.{m}']\n"
+               f"n.RECORD = __import__('pathlib').Path({str(record)!r})\n"
+               "with warnings.catch_warnings(record=True) as w:\n"
+               "    warnings.simplefilter('always')\n"
+               "    n.check()\n"
+               "print(n.ENGINE, sys.modules['torchsim.sim.loop'].__file__.endswith('loop.py'), n.WHY)\n"
+               "print(str(w[0].message))")
+    assert out.returncode == 0, out.stderr
+    first, warning = out.stdout.splitlines()
+    assert first.startswith("python True state.py changed since the build")
+    assert "stale" in warning and "pip install -e ." in warning
+
+
+@pytest.mark.skipif(native.ENGINE != "compiled", reason="the engine is not compiled here: the golden tests already "
+                                                        "run the Python source")
+def test_python_source_matches_the_golden_file_too() -> None:
+    """The in-process golden tests check the compiled build; this runs every reference case from the source."""
+    out = subprocess.run([sys.executable, "-m", "tests.engine_reference"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=900, env={**os.environ, "TORCHSIM_PURE_PYTHON": "1"})
+    assert out.stdout.startswith("engine: python (TORCHSIM_PURE_PYTHON is set)"), out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "DIFFERS" not in out.stdout

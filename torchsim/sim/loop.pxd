@@ -1,0 +1,2 @@
+from torchsim.sim.state cimport CtaState, SmState
+from torchsim.sim.resources cimport Pipeline

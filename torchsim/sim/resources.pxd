@@ -1,0 +1,18 @@
+cdef class Pipeline:
+    cdef public object name, partner
+    cdef public double throughput, effective, busy_work
+    cdef public long long latency, free_at
+    cdef public bint queued
+
+cdef class BandwidthServer:
+    cdef public object name
+    cdef public double bytes_per_cycle, free_at, bytes, busy_cycles
+
+cdef class DramServer(BandwidthServer):
+    cdef public double read_cost, write_cost, delta, window, recent_r, recent_w, dirty
+    cdef public object last_t
+
+cdef class LruCache:
+    cdef public double capacity, used, hit_bytes, miss_bytes
+    cdef public object lines
+    cdef public long long hits, misses
