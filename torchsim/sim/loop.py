@@ -87,12 +87,11 @@ def event_loop(eng: Any) -> int:
                 push(times, x)
             return
         cta.ready_t[k] = t
-        p = cta.prep
         sm = cta.smo
-        sp0, m, uid = p.qinfo[k]
+        sp0, m, uid = cta.qinfo[k]
         u = sm.ulist[uid]
         assert u is not None
-        sm.queues[sp0].append((cta.base + p.group[k], k, cta, m, u))
+        sm.queues[sp0].append((cta.base + cta.group[k], k, cta, m, u))
         s = sm.index
         if is_dirty[s]:
             return
@@ -123,10 +122,9 @@ def event_loop(eng: Any) -> int:
     def ready(cta: CtaState, k: int, t: int) -> None:
         """Node k of cta has every edge released at t: a barrier wait short of its arrivals waits on them, a
         synchronisation node retires in this cycle's issue rounds, any other node joins its queue."""
-        p = cta.prep
-        need = p.need[k]
+        need = cta.need[k]
         if need:
-            b = p.barrier[k]
+            b = cta.barrier[k]
             if b in cluster_bars[cta.cls]:  # counted per cluster (torchsim.sim.clusters)
                 key = (cta.seq // cluster, b)
                 if cbar.get(key, 0) < need:
@@ -135,7 +133,7 @@ def event_loop(eng: Any) -> int:
             elif cta.bar[b] < need:
                 cta.bar_wait[b].append(k)
                 return
-        if p.code[k] == ISSUE_ONLY:
+        if cta.code[k] == ISSUE_ONLY:
             cta.ready_t[k] = t
             instant.append((EV_SYNC, cta, k))
         else:
@@ -165,10 +163,9 @@ def event_loop(eng: Any) -> int:
                     enqueue(a, b, t)
                 elif kind != EV_LAUNCH:  # node b of CTA a completes (EV_DONE: its data edges) or retires (EV_SYNC:
                     # its order edges first)
-                    p = a.prep
                     pred = a.pred
                     if kind == EV_DONE:
-                        succ = p.data_succ[b]
+                        succ = a.data_succ[b]
                         why = W_DATA
                     else:
                         _, g, occ, work, sio, sio_occ, succ, arrive, extra, dq = a.info[b]
@@ -179,7 +176,7 @@ def event_loop(eng: Any) -> int:
                             stalls[w if w < 3 else 0] += dep
                         gl[g] = t
                         why = W_ORDER
-                    rkind = p.rkind
+                    rkind = a.rkind
                     for k in succ:
                         n = pred[k] - 1
                         pred[k] = n
@@ -320,8 +317,7 @@ def event_loop(eng: Any) -> int:
                     gl[g] = t
                     if osucc:  # release order edges at issue
                         pred = cta.pred
-                        p = cta.prep
-                        rkind = p.rkind
+                        rkind = cta.rkind
                         for k in osucc:
                             n = pred[k] - 1
                             pred[k] = n
@@ -334,9 +330,9 @@ def event_loop(eng: Any) -> int:
                                     # joins a queue of this SM: the wake-up computed after the scan covers it,
                                     # unless it could issue in this cycle (a subpartition still free)
                                     cta.ready_t[k] = t
-                                    sp0, m, uid = p.qinfo[k]
+                                    sp0, m, uid = cta.qinfo[k]
                                     u = ulist[uid]
-                                    queues[sp0].append((cta.base + p.group[k], k, cta, m, u))
+                                    queues[sp0].append((cta.base + cta.group[k], k, cta, m, u))
                                     if (not is_dirty[s] and (not lazy or (u.queued or u.free_at <= t) and (
                                             spf[sp0] if m is None else spmax if m is full else
                                             max(map(spf.__getitem__, m))) <= t)):

@@ -28,7 +28,8 @@ class CtaState:
     """A resident CTA: per-node counters for its template (freed when it retires)."""
 
     __slots__ = ("seq", "base", "prep", "info", "cls", "params", "pred", "remaining", "bar", "bar_wait", "keys",
-                 "ready_t", "why", "grp_last", "sm", "smo", "data_at")
+                 "ready_t", "why", "grp_last", "sm", "smo", "data_at", "qinfo", "group", "rkind", "data_succ", "need",
+                 "barrier", "code")
 
     def __init__(self, seq: int, prep: Prepared, cls: int, params: np.ndarray, sm: SmState, t: int,
                  info: list[Any]) -> None:
@@ -36,6 +37,10 @@ class CtaState:
         self.base = seq * 4096  # age of group g = base + g
         self.info = info  # the engine's per-node issue table of the class
         self.prep = prep
+        # the class's per-node tables the event loop reads for every node, held here (C fields when compiled:
+        # torchsim.sim.native; the Prepared dataclass's are dict lookups)
+        self.qinfo, self.group, self.rkind, self.data_succ = prep.qinfo, prep.group, prep.rkind, prep.data_succ
+        self.need, self.barrier, self.code = prep.need, prep.barrier, prep.code
         self.cls = cls
         self.params = params
         self.pred = list(prep.indeg)  # edges not yet released, per node
