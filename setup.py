@@ -39,14 +39,20 @@ def _extensions() -> list:
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that never fails the install: a module that does not compile stays Python. Records the sources'
-    hashes beside the compiled modules (in the build folder, and in the source tree for an in-place build)."""
+    """build_ext that never fails the install: a module that does not compile stays Python. Only a build of every
+    module records the sources' hashes (in the build folder, and in the source tree for an in-place build): after
+    a failed one, compiled modules left from an earlier build no longer match the record, and the source runs."""
 
     def run(self) -> None:
+        self.failed: list[str] = []
+        if not self.extensions:
+            return
         try:
             super().run()
         except Exception as e:
             print(f"torchsim: compiling the engine failed ({e}); it runs as Python")
+            return
+        if self.failed:
             return
         record = json.dumps({p.rsplit("/", 1)[1][:-3]: hashlib.sha256((HERE / p).read_bytes()).hexdigest()
                              for p in COMPILED}, indent=1, sort_keys=True) + "\n"
@@ -61,6 +67,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as e:
+            self.failed.append(ext.name)
             print(f"torchsim: {ext.name} did not compile ({e}); it runs as Python")
 
 

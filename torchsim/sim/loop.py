@@ -23,7 +23,7 @@ import cython
 from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.memory import K_LDG, K_PIPE, K_REMOTE, K_WRITE
 from torchsim.sim.prepare import ISSUE_ONLY, R_INSTANT, R_QUEUE
-from torchsim.sim.resources import Pipeline
+from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.state import EV_DONE, EV_LAUNCH, EV_READY, EV_SYNC, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState, SmState
 
 # C types for the compiled build (torchsim.sim.native: Cython); plain Python ignores them. A name typed Int
@@ -32,13 +32,14 @@ from torchsim.sim.state import EV_DONE, EV_LAUNCH, EV_READY, EV_SYNC, EV_WAKE, N
 Int = cython.typedef(cython.longlong)
 
 
-@cython.locals(t=Int, cta=CtaState, sm=SmState, unit=Pipeline, u=Pipeline, pt=Pipeline, port=Pipeline, j=Int, k=Int,
-               n=Int, occ=Int, s=Int, sp=Int, rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int,
-               dep=Int, w=Int, rk=Int, spmax=Int, nxt=Int, lb=Int, f=Int, sp0=Int, uid=Int, x=Int, nsp=Int,
-               gl=list, pred=list, data_at=list, spf=list, queues=list, q=list, ulist=list, e=tuple, lasts=list,
-               policies=list, sms=list, active=list, stalls=list, rkind=list, general=cython.bint,
-               bk=cython.bint, flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint,
-               throttles=cython.bint, clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint)
+@cython.locals(t=Int, cta=CtaState, c=CtaState, wsm=SmState, sm=SmState, unit=Pipeline, u=Pipeline, pt=Pipeline,
+               port=Pipeline, l2=LruCache, l2srv=BandwidthServer, j=Int, k=Int, n=Int, occ=Int, s=Int, sp=Int,
+               rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int, dep=Int, w=Int, rk=Int, spmax=Int,
+               nxt=Int, lb=Int, f=Int, sp0=Int, uid=Int, x=Int, nsp=Int, gl=list, pred=list, data_at=list, spf=list,
+               queues=list, q=list, ulist=list, e=tuple, lasts=list, policies=list, sms=list, active=list,
+               stalls=list, rkind=list, general=cython.bint, bk=cython.bint, flag=cython.bint, gto=cython.bint,
+               rr=cython.bint, plain=cython.bint, throttles=cython.bint, clusters=cython.bint, record=cython.bint,
+               first=cython.bint, hit=cython.bint)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -153,69 +154,72 @@ def event_loop(eng: Any) -> int:
         while True:
             for kind, a, b in evs:
                 if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
-                    if a.wake == t:
-                        a.wake = NEVER
+                    wsm = a
+                    if wsm.wake == t:
+                        wsm.wake = NEVER
                         if not is_dirty[b]:
                             is_dirty[b] = True
                             dirty.append(b)
                 elif kind == EV_READY:  # the last data of node b of CTA a arrives
-                    a.why[b] = W_DATA
-                    enqueue(a, b, t)
+                    c = a
+                    c.why[b] = W_DATA
+                    enqueue(c, b, t)
                 elif kind != EV_LAUNCH:  # node b of CTA a completes (EV_DONE: its data edges) or retires (EV_SYNC:
                     # its order edges first)
-                    pred = a.pred
+                    c = a
+                    pred = c.pred
                     if kind == EV_DONE:
-                        succ = a.data_succ[b]
+                        succ = c.data_succ[b]
                         why = W_DATA
                     else:
-                        _, g, occ, work, sio, sio_occ, succ, arrive, extra, dq = a.info[b]
-                        gl = a.grp_last
+                        _, g, occ, work, sio, sio_occ, succ, arrive, extra, dq = c.info[b]
+                        gl = c.grp_last
                         dep = t - gl[g]  # its wait on its group (it was ready at t: a sync node never waits to issue)
                         if dep > 0:
-                            w = a.why[b]
+                            w = c.why[b]
                             stalls[w if w < 3 else 0] += dep
                         gl[g] = t
                         why = W_ORDER
-                    rkind = a.rkind
+                    rkind = c.rkind
                     for k in succ:
                         n = pred[k] - 1
                         pred[k] = n
                         if n:
                             continue
-                        a.why[k] = why
+                        c.why[k] = why
                         rk = rkind[k]
                         if rk == R_QUEUE:
-                            enqueue(a, k, t)
+                            enqueue(c, k, t)
                         elif rk == R_INSTANT:
-                            a.ready_t[k] = t
-                            instant.append((EV_SYNC, a, k))
+                            c.ready_t[k] = t
+                            instant.append((EV_SYNC, c, k))
                         else:
-                            ready(a, k, t)
+                            ready(c, k, t)
                     if kind == EV_DONE:
-                        a.remaining -= 1
-                        if a.remaining == 0:
-                            retire(a, t)
+                        c.remaining -= 1
+                        if c.remaining == 0:
+                            retire(c, t)
                         continue
                     # the rest of a synchronisation node: its barrier arrival; it completes now (the EV_DONE appended
                     # here is handled next), unless it moves bytes through the shared-memory port
                     if arrive >= 0:
-                        if clusters or a.bar_wait[arrive]:
-                            eng._arrive(a, arrive, t)
+                        if clusters or c.bar_wait[arrive]:
+                            eng._arrive(c, arrive, t)
                         else:
-                            a.bar[arrive] += 1
+                            c.bar[arrive] += 1
                     done = t
                     if sio_occ:
-                        port = a.smo.ulist[LDST]
+                        port = c.smo.ulist[LDST]
                         assert port is not None
                         done = port.occupy(t, sio_occ, sio)[1]
                     if record:
-                        eng._record(a, b, t, t, t, done, dep)
+                        eng._record(c, b, t, t, t, done, dep)
                     if done == t:  # handled next, before any other synchronisation node
-                        instant.appendleft((EV_DONE, a, b))
+                        instant.appendleft((EV_DONE, c, b))
                     elif done in cal:
-                        cal[done].append((EV_DONE, a, b))
+                        cal[done].append((EV_DONE, c, b))
                     else:
-                        cal[done] = [(EV_DONE, a, b)]
+                        cal[done] = [(EV_DONE, c, b)]
                         push(times, done)
                 else:  # CTA b launches on SM a
                     cta = eng._launch(a, b, t)
