@@ -33,13 +33,13 @@ Int = cython.typedef(cython.longlong)
 
 
 @cython.locals(t=Int, cta=CtaState, c=CtaState, wsm=SmState, sm=SmState, unit=Pipeline, u=Pipeline, pt=Pipeline,
-               port=Pipeline, l2=LruCache, l2srv=BandwidthServer, j=Int, k=Int, n=Int, occ=Int, s=Int, sp=Int,
-               rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int, dep=Int, w=Int, rk=Int, spmax=Int,
-               nxt=Int, lb=Int, f=Int, sp0=Int, uid=Int, x=Int, nsp=Int, gl=list, pred=list, data_at=list, spf=list,
-               queues=list, q=list, ulist=list, e=tuple, lasts=list, policies=list, sms=list, active=list,
-               stalls=list, rkind=list, general=cython.bint, bk=cython.bint, flag=cython.bint, gto=cython.bint,
-               rr=cython.bint, plain=cython.bint, throttles=cython.bint, clusters=cython.bint, record=cython.bint,
-               first=cython.bint, hit=cython.bint)
+               port=Pipeline, l2=LruCache, l2srv=BandwidthServer, keys=dict, j=Int, k=Int, n=Int,
+               occ=Int, s=Int, sp=Int, rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int, dep=Int,
+               w=Int, rk=Int, spmax=Int, nxt=Int, lb=Int, f=Int, sp0=Int, uid=Int, x=Int, nsp=Int, gl=list,
+               pred=list, data_at=list, spf=list, queues=list, q=list, ulist=list, e=tuple, lasts=list,
+               policies=list, sms=list, active=list, stalls=list, rkind=list, general=cython.bint, bk=cython.bint,
+               flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
+               clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
