@@ -1,11 +1,11 @@
 """Build hook: the engine's hot modules compiled by Cython where Cython and a C compiler are available.
 
 torchsim.sim.resources, .state and .loop are plain Python annotated for Cython's pure-Python mode (the .pxd files
-beside them and `cython.locals` in loop.py). Compiled, they run the same code, the same arithmetic, 1.3-1.7x
+beside them and `cython.locals` in loop.py). Compiled, they run the same code, the same arithmetic, 1.4-1.9x
 faster (docs/architecture.md, "Compiled engine"); where compiling fails the install goes on and the same modules
 run as Python. TORCHSIM_PURE_PYTHON=1 skips compiling. Each build records the SHA-256 of the sources it compiled
-(torchsim/sim/_native_build.json): torchsim.sim.native runs the Python source instead of a compiled module whose
-source changed since.
+(.py and .pxd; torchsim/sim/_native_build.json): torchsim.sim.native runs the Python source instead of a compiled
+module whose source changed since.
 """
 
 from __future__ import annotations
@@ -21,6 +21,15 @@ from setuptools.command.build_ext import build_ext
 COMPILED = ("torchsim/sim/resources.py", "torchsim/sim/state.py", "torchsim/sim/loop.py")
 RECORD = "torchsim/sim/_native_build.json"
 HERE = Path(__file__).resolve().parent
+
+
+def _source_hash(path: str) -> str:
+    """SHA-256 of a compiled module's .py and its .pxd (torchsim.sim.native.source_hash checks the same)."""
+    h = hashlib.sha256((HERE / path).read_bytes())
+    pxd = HERE / (path[:-3] + ".pxd")
+    if pxd.is_file():
+        h.update(pxd.read_bytes())
+    return h.hexdigest()
 
 
 def _extensions() -> list:
@@ -54,8 +63,8 @@ class OptionalBuildExt(build_ext):
             return
         if self.failed:
             return
-        record = json.dumps({p.rsplit("/", 1)[1][:-3]: hashlib.sha256((HERE / p).read_bytes()).hexdigest()
-                             for p in COMPILED}, indent=1, sort_keys=True) + "\n"
+        record = json.dumps({p.rsplit("/", 1)[1][:-3]: _source_hash(p) for p in COMPILED}, indent=1,
+                            sort_keys=True) + "\n"
         targets = {HERE / RECORD} if self.inplace else set()
         if self.build_lib:
             targets.add(Path(self.build_lib) / RECORD)

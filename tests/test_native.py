@@ -3,7 +3,6 @@ compiled modules, a compiled module whose source changed is not used, and TORCHS
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def _hashes() -> dict[str, str]:
-    return {n: hashlib.sha256((native.HERE / f"{n}.py").read_bytes()).hexdigest() for n in native.MODULES}
+    return {n: native.source_hash(n) for n in native.MODULES}
 
 
 def test_this_process_runs_what_check_decided() -> None:
@@ -38,13 +37,27 @@ def test_this_process_runs_what_check_decided() -> None:
 def test_stale_names_the_modules_whose_source_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     record = tmp_path / "record.json"
     monkeypatch.setattr(native, "RECORD", record)
-    assert native._stale() == list(native.MODULES)  # no record: nothing is known to match
+    assert native._stale() is None  # no record: nothing is known to match
     record.write_text(json.dumps(_hashes()))
     assert native._stale() == []
     record.write_text(json.dumps({**_hashes(), "loop": "0" * 64}))
     assert native._stale() == ["loop"]
     record.write_text("{not json")
-    assert native._stale() == list(native.MODULES)
+    assert native._stale() is None
+
+
+def test_the_hash_covers_the_pxd_declarations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .pxd edit (a field's C type) changes what compiles as much as a .py edit does."""
+    for n in native.MODULES:
+        (tmp_path / f"{n}.py").write_bytes((native.HERE / f"{n}.py").read_bytes())
+        if (native.HERE / f"{n}.pxd").is_file():
+            (tmp_path / f"{n}.pxd").write_bytes((native.HERE / f"{n}.pxd").read_bytes())
+    monkeypatch.setattr(native, "HERE", tmp_path)
+    before = native.source_hash("state")
+    assert before == _hashes()["state"]
+    (tmp_path / "state.pxd").write_text((tmp_path / "state.pxd").read_text() + "# edited\n")
+    assert native.source_hash("state") != before
+    assert native.source_hash("loop") == _hashes()["loop"]
 
 
 def test_pure_python_variable_runs_the_source() -> None:
@@ -71,7 +84,7 @@ def test_a_stale_build_warns_and_runs_the_source(tmp_path: Path) -> None:
                "print(str(w[0].message))")
     assert out.returncode == 0, out.stderr
     first, warning = out.stdout.splitlines()
-    assert first.startswith("python True state.py changed since the build")
+    assert first.startswith("python True the source of state (.py or .pxd) changed since the build")
     assert "stale" in warning and "pip install -e ." in warning
 
 

@@ -1,7 +1,7 @@
 """Which build of the engine's hot modules runs: compiled (Cython) or the Python source.
 
 torchsim.sim.resources, .state and .loop may be compiled at install time (setup.py). A compiled module is used
-only when its source is the one it was compiled from (the SHA-256 recorded by the build in
+only when its source (.py and .pxd) is the one it was compiled from (the SHA-256 recorded by the build in
 `_native_build.json`): after an edit to any of them, or with TORCHSIM_PURE_PYTHON=1, all three run from their
 Python source (the compiled loop needs the compiled state classes), with a warning for an edit. Results are the
 same either way; the compiled build is faster. `check()` runs when torchsim.sim imports this module, first,
@@ -35,14 +35,25 @@ def _compiled_path(name: str) -> Path | None:
     return None
 
 
-def _stale() -> list[str]:
-    """The compiled modules whose source differs from the one they were compiled from (all, without a record)."""
+def source_hash(name: str) -> str:
+    """SHA-256 of what module `name` compiles from: its .py and, where there is one, its .pxd (setup.py records the
+    same at build time)."""
+    h = hashlib.sha256((HERE / f"{name}.py").read_bytes())
+    pxd = HERE / f"{name}.pxd"
+    if pxd.is_file():
+        h.update(pxd.read_bytes())
+    return h.hexdigest()
+
+
+def _stale() -> list[str] | None:
+    """The compiled modules whose sources differ from the ones they were compiled from; None without a record."""
     try:
         recorded = json.loads(RECORD.read_text())
     except (OSError, ValueError):
-        return list(MODULES)
-    return [n for n in MODULES
-            if recorded.get(n) != hashlib.sha256((HERE / f"{n}.py").read_bytes()).hexdigest()]
+        return None
+    if not isinstance(recorded, dict):
+        return None
+    return [n for n in MODULES if recorded.get(n) != source_hash(n)]
 
 
 def _load_source(name: str) -> None:
@@ -69,8 +80,9 @@ def check() -> str:
         WHY = "TORCHSIM_PURE_PYTHON is set"
     elif len(found) < len(MODULES):
         WHY = f"only {', '.join(found)} compiled"
-    elif stale:
-        WHY = f"{', '.join(f'{n}.py' for n in stale)} changed since the build"
+    elif stale is None or stale:
+        WHY = ("no record of the sources they were built from" if stale is None else
+               f"the source of {', '.join(stale)} (.py or .pxd) changed since the build")
         warnings.warn(f"torchsim: the compiled engine is stale ({WHY}); running its Python source. Rebuild with "
                       f"`pip install -e .` (or `python setup.py build_ext --inplace`)", stacklevel=2)
     else:
