@@ -208,6 +208,11 @@ def auto_workers(todo: Sequence[KernelCall]) -> int:
     return cpus() if heavy and len(todo) > 1 else 1
 
 
+def _work_cost(c: KernelCall) -> float:
+    """A call's FLOPs plus bytes: an order of calls by simulation cost that builds nothing."""
+    return float(sum(work(c)[:2]))
+
+
 class _Dropped(Exception):
     """Leaves a worker pool at once: its workers simulate guesses no plan needs (Background.wait)."""
 
@@ -226,7 +231,7 @@ class Background:
                  cost: Callable[[KernelCall], float] | None = None) -> None:
         self.hw, self.max_events, self.workers, self.disk = hw, max_events, workers, disk
         # what simulating a call costs, to start the longest first (default: its FLOPs and bytes)
-        self.cost = cost or (lambda c: float(sum(work(c)[:2])))
+        self.cost = cost or _work_cost
         self.futures: dict[Any, KernelCall] = {}
         self.keys: set[tuple[Any, ...]] = set()
         self.speculative: set[tuple[Any, ...]] = set()
@@ -250,8 +255,10 @@ class Background:
             ctx.__exit__(*exc)
 
     def speculate(self, calls: Sequence[KernelCall]) -> None:
-        """Queue `calls` (largest first) and start the first; each one's completion starts the next."""
-        todo = self._new(calls)
+        """Queue `calls` (largest first by FLOPs and bytes: this runs before the first worker starts, and the
+        pool's own cost, an event estimate, builds each GEMM's family, ~0.2 s for a prefill's six calls) and start
+        the first; each one's completion starts the next."""
+        todo = self._new(calls, _work_cost)
         if not todo:
             return
         with self._lock:
@@ -264,14 +271,16 @@ class Background:
             if self._queued and self._pool is not None:
                 self._start(self._queued.pop(0), chain=True)
 
-    def _new(self, calls: Sequence[KernelCall]) -> list[KernelCall]:
-        """The distinct calls not yet submitted, memoised or on disk, costliest first (the pool finishes
-        together)."""
+    def _new(self, calls: Sequence[KernelCall], cost: Callable[[KernelCall], float] | None = None
+             ) -> list[KernelCall]:
+        """The distinct calls not yet submitted, memoised or on disk, costliest first by `cost` (default: the
+        pool's; the pool finishes together)."""
         todo = [c for c in {c.key(): c for c in calls}.values()
                 if c.key() not in self.keys and not is_memoised(c, self.hw, self.max_events)]
         if self.disk is not None:
             todo = [c for c in todo if not _from_disk(self.disk, c, self.hw, self.max_events)]
-        return sorted(todo, key=lambda c: -self.cost(c))
+        by = cost or self.cost
+        return sorted(todo, key=lambda c: -by(c))
 
     def _start(self, c: KernelCall, chain: bool = False) -> None:
         if self._pool is None:
