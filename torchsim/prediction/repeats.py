@@ -308,6 +308,7 @@ class Extrapolator:
         self._ran: dict[tuple[tuple[str, int], ...], tuple[dict[str, float], Any]] = {}
         self._stash: dict[tuple[tuple[str, int], ...], Any] = {}  # samples run ahead (`_prefetch`), by sizes
         self._later: list[dict[str, int]] = []  # the enclosing window's samples still to be measured (`_ahead`)
+        self._graphs: dict[tuple[tuple[str, int], ...], KernelGraph] = {}  # truncated instances built, by sizes
 
     def __call__(self, run: Callable[[KernelGraph, float], Any], clock_hz: float | None = None) -> Any:
         """The full kernel extrapolated from truncated instances run by `run` (simulating at `clock_hz`, when
@@ -398,10 +399,19 @@ class Extrapolator:
         vector, its result)."""
         r = self._stash.pop(tuple(sorted(sizes.items())), None)
         if r is None:
-            r = run(self.family.build(sizes), self.family.l2_share(sizes))
+            r = run(self._graph(sizes), self.family.l2_share(sizes))
         self.outcome.events += int(r.node_events)
         self.outcome.sims += 1
         return _vector(r), r
+
+    def _graph(self, sizes: dict[str, int]) -> KernelGraph:
+        """The truncated instance at `sizes`, built once: a later clock runs the same graph objects again, whose
+        prepared classes the engine then reuses (torchsim.sim.prepare.prepared)."""
+        key = tuple(sorted(sizes.items()))
+        kg = self._graphs.get(key)
+        if kg is None:
+            kg = self._graphs[key] = self.family.build(sizes)
+        return kg
 
     def _first_leaves(self, dims: tuple[Dim, ...], sizes: dict[str, int]) -> list[dict[str, int]]:
         """The truncated instances the first clock's extrapolation runs whatever their results: every dimension's

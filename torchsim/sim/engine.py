@@ -13,6 +13,7 @@ import heapq
 import math
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from torchsim.sim.loop import event_loop
 from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE, MemoryMixin, dram_server
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, current_default, get_policy
-from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, R_QUEUE, Prepared, full_sps, prepare
+from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, R_QUEUE, Prepared, full_sps, prepared
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult
 from torchsim.sim.state import EV_LAUNCH, EV_WAKE, CtaState, SmState, gpu_units
@@ -76,7 +77,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         self.nsp = int(hw.subpartitions_per_sm.value)
         self.nsm = min(hw.sms, max_sms) if max_sms else hw.sms
         pol = current_default() if policy is None else get_policy(policy) if isinstance(policy, str) else policy
-        self.preps = [prepare(c, hw) for c in kernel.classes]
+        self.preps = [prepared(c, hw) for c in kernel.classes]
         dtype = kernel.classes[0].graph.dtype
         tensor_rate = hw.tensor_flop_per_clk_per_sm(dtype)
         if tensor_rate <= 0 and any(Unit.TENSOR in p.unit for p in self.preps):
@@ -135,11 +136,10 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         if all(m is self.full for p in self.preps for m in p.multi):
             # Every node needs the whole SM (warp-group kernels): all subpartitions are always free together, so
             # the SM issues like one with a single subpartition, 0, that each node needs alone (one comparison
-            # per test instead of a max over subpartitions; the same issue cycles). The prepared classes are
-            # this run's own.
-            for p in self.preps:
-                p.multi = [None] * p.n
-                p.qinfo = [(0, None, u) for _, _, u in p.qinfo]
+            # per test instead of a max over subpartitions; the same issue cycles). This run's own copies: the
+            # prepared classes are shared with other runs (torchsim.sim.prepare.prepared).
+            self.preps = [replace(p, multi=[None] * p.n, qinfo=[(0, None, u) for _, _, u in p.qinfo])
+                          for p in self.preps]
         self.throttles = pol.throttles
         self.plain_issued = pol.issued is IssuePolicy.issued  # `issued` only records the last age per subpartition
         # the built-in orders are picked without sorting the queue; other `key`s sort it

@@ -1,12 +1,15 @@
 """Prepare a CTA template for the engine: python lists for the hot loop, checks against the profile.
 
-Runs once per CTA class per simulation (templates are shared by all CTAs of the class). Checks that every
-node's unit exists on the target hardware and that shared-memory tiles fit, naming the node otherwise.
+Runs once per CTA class and profile structure (`prepared`; templates are shared by all CTAs of the class).
+Checks that every node's unit exists on the target hardware and that shared-memory tiles fit, naming the node
+otherwise.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +88,25 @@ def _code(op: Op, unit: Unit, tile_space: Space | None) -> int:
     if op in (Op.LDS, Op.STS, Op.TMEM_LOAD, Op.TMEM_STORE):
         return LOCAL_MEM
     return COMPUTE
+
+
+# prepared classes by CTA class object, then by what `prepare` reads of the profile: a kernel simulated again (at
+# another clock: torchsim.sim.sustained; the same truncated instance: torchsim.prediction.repeats) reuses them
+_PREPARED: weakref.WeakKeyDictionary[CtaClass, dict[tuple[Any, ...], Prepared]] = weakref.WeakKeyDictionary()
+
+
+def prepared(cls: CtaClass, hw: GpuProfile) -> Prepared:
+    """`prepare(cls, hw)`, computed once per class object and profile structure (units, subpartitions, shared
+    memory per CTA; never the clock). Shared by every run that asks: the engine changes none of it (a
+    whole-SM class's conversion is a copy: torchsim.sim.engine)."""
+    key = (hw.name, hw.units, int(hw.subpartitions_per_sm.value), float(hw.smem_per_cta_bytes.value))
+    per = _PREPARED.get(cls)
+    if per is None:
+        per = _PREPARED[cls] = {}
+    got = per.get(key)
+    if got is None:
+        got = per[key] = prepare(cls, hw)
+    return got
 
 
 def prepare(cls: CtaClass, hw: GpuProfile) -> Prepared:
