@@ -98,7 +98,8 @@ _PREPARED: weakref.WeakKeyDictionary[CtaClass, dict[tuple[Any, ...], Prepared]] 
 def prepared(cls: CtaClass, hw: GpuProfile) -> Prepared:
     """`prepare(cls, hw)`, computed once per class object and profile structure (units, subpartitions, shared
     memory per CTA; never the clock). Shared by every run that asks: the engine changes none of it (a
-    whole-SM class's conversion is a copy: torchsim.sim.engine)."""
+    whole-SM class's conversion is a copy: torchsim.sim.engine), and a graph is not changed once built (templates
+    and repeats build new ones; nothing writes into a TileGraph's arrays)."""
     key = (hw.name, hw.units, int(hw.subpartitions_per_sm.value), float(hw.smem_per_cta_bytes.value))
     per = _PREPARED.get(cls)
     if per is None:
