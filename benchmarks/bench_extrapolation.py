@@ -204,13 +204,17 @@ def run_walls(only: str | None) -> list[dict[str, Any]]:
             env = {**os.environ, "TORCHSIM_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
             out_f, err_f, rss_f = Path(cache) / "out", Path(cache) / "err", Path(cache) / "rss"
             # GNU time reports the command's own peak RSS (a child forked from this process would inherit ours)
-            cmd = ["/usr/bin/time", "-o", str(rss_f), "-f", "%M", sys.executable, "-m", "torchsim", *argv]
+            # and its user + system CPU time with its children's (the workers): what the engine's speed moves,
+            # less sensitive than the wall to how fast this shared machine runs at the moment
+            cmd = ["/usr/bin/time", "-o", str(rss_f), "-f", "%M %U %S", sys.executable, "-m", "torchsim", *argv]
             t = time.perf_counter()
             with out_f.open("w") as o, err_f.open("w") as e:
                 subprocess.run(cmd, stdout=o, stderr=e, env=env, cwd=ROOT, check=False)
             wall = time.perf_counter() - t
             out, err = out_f.read_bytes(), err_f.read_bytes()
-            peak_mb = float(rss_f.read_text().split()[-1]) / 1024 if rss_f.exists() else float("nan")
+            fields = rss_f.read_text().split()[-3:] if rss_f.exists() else []
+            peak_mb = float(fields[0]) / 1024 if len(fields) == 3 else float("nan")
+            cpu = float(fields[1]) + float(fields[2]) if len(fields) == 3 else float("nan")
             warm = float("nan")
             if argv[0] in ("predict", "compare"):  # the same command again on the disk and plan caches it filled
                 t = time.perf_counter()
@@ -224,9 +228,9 @@ def run_walls(only: str | None) -> list[dict[str, Any]]:
                     f"{d.get('method', '')}")
         except (ValueError, IndexError, AttributeError):
             info = err.decode().strip().splitlines()[-1] if err else "no output"
-        rows.append({"case": label, "wall_s": wall, "warm_s": warm, "peak_mb": peak_mb, "result": info})
+        rows.append({"case": label, "wall_s": wall, "cpu_s": cpu, "warm_s": warm, "peak_mb": peak_mb, "result": info})
         rerun = f"warm {warm:4.2f} s" if warm == warm else " " * 11
-        print(f"  {label:60s} {wall:6.1f} s  {rerun}  peak {peak_mb:6.0f} MB  {info}", flush=True)
+        print(f"  {label:60s} {wall:6.1f} s  cpu {cpu:5.1f} s  {rerun}  peak {peak_mb:6.0f} MB  {info}", flush=True)
     return rows
 
 
@@ -237,6 +241,19 @@ STARTUP: list[tuple[str, list[str]]] = [
     ("argument error: kernel gemm --m x", ["kernel", "gemm", "--m", "x"]),
     ("torchsim hw list", ["hw", "list"]),
 ]
+
+
+PROBE = "import time; t = time.perf_counter(); sum(i * i for i in range(12_000_000)); print(time.perf_counter() - t)"
+
+
+def probe() -> float:
+    """Seconds a fixed pure-Python loop takes in a fresh process: how fast this shared machine runs right now
+    (walls measured an hour apart differ by up to 1.7x for the same code; compare runs by this figure)."""
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=False)
+    try:
+        return float(out.stdout.strip())
+    except ValueError:
+        return float("nan")
 
 
 def run_startup(only: str | None, repeats: int = 5) -> list[dict[str, Any]]:
@@ -270,7 +287,10 @@ def main() -> None:
     args = ap.parse_args()
     both = not (args.corpus or args.walls or args.reuse or args.startup)
     out: dict[str, Any] = {}
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work shares it)")
+    from torchsim.sim import native
+
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work shares it); engine "
+          f"build: {native.ENGINE} ({native.WHY})")
     if args.corpus or both:
         print("extrapolated vs full simulation (sustained clock, same code):")
         out["corpus"] = run_corpus(args.budget, args.only)
@@ -281,8 +301,14 @@ def main() -> None:
         print("start-up (fresh process, no simulation):")
         out["startup"] = run_startup(args.only)
     if args.walls or both:
-        print("cold wall time (fresh process, empty disk cache), a warm rerun (same caches) and peak memory:")
+        before = probe()
+        print(f"machine speed probe (a fixed Python loop, fresh process): {before:.2f} s")
+        print("cold wall time (fresh process, empty disk cache), its CPU time (with its workers'), a warm rerun "
+              "(same caches) and peak memory:")
         out["walls"] = run_walls(args.only)
+        after = probe()
+        print(f"machine speed probe after the walls: {after:.2f} s")
+        out["probe_s"] = {"before": before, "after": after}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
 
