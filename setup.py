@@ -10,26 +10,30 @@ module whose source changed since.
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-COMPILED = ("torchsim/sim/resources.py", "torchsim/sim/state.py", "torchsim/sim/loop.py")
-RECORD = "torchsim/sim/_native_build.json"
 HERE = Path(__file__).resolve().parent
+SIM = HERE / "torchsim" / "sim"
 
 
-def _source_hash(path: str) -> str:
-    """SHA-256 of a compiled module's .py and its .pxd (torchsim.sim.native.source_hash checks the same)."""
-    h = hashlib.sha256((HERE / path).read_bytes())
-    pxd = HERE / (path[:-3] + ".pxd")
-    if pxd.is_file():
-        h.update(pxd.read_bytes())
-    return h.hexdigest()
+def _sources() -> Any:
+    """torchsim/sim/native_sources.py, loaded by path (importing torchsim here would need its dependencies)."""
+    spec = importlib.util.spec_from_file_location("torchsim_native_sources", SIM / "native_sources.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SOURCES = _sources()
+COMPILED = tuple(f"torchsim/sim/{n}.py" for n in SOURCES.MODULES)
 
 
 def _extensions() -> list:
@@ -63,11 +67,13 @@ class OptionalBuildExt(build_ext):
             return
         if self.failed:
             return
-        record = json.dumps({p.rsplit("/", 1)[1][:-3]: _source_hash(p) for p in COMPILED}, indent=1,
-                            sort_keys=True) + "\n"
-        targets = {HERE / RECORD} if self.inplace else set()
+        names = SOURCES.MODULES
+        record = json.dumps({n: SOURCES.source_hash(SIM, n) for n in names},
+                            indent=1, sort_keys=True) + "\n"
+        rel = Path("torchsim", "sim", SOURCES.RECORD)
+        targets = {HERE / rel} if self.inplace else set()
         if self.build_lib:
-            targets.add(Path(self.build_lib) / RECORD)
+            targets.add(Path(self.build_lib) / rel)
         for target in targets:
             if target.parent.is_dir():
                 target.write_text(record)

@@ -445,7 +445,7 @@ class Extrapolator:
             return math.prod(dims[name].cost((x,)) for name, x in leaf.items())
 
         def work(leaf: dict[str, int]) -> Any:
-            return run(self.family.build(leaf), self.family.l2_share(leaf))
+            return run(self._graph(leaf), self.family.l2_share(leaf))
 
         groups = _balanced([(cost(leaf), leaf) for leaf in leaves], n)
         for group, results in zip(groups, _fork_join(work, groups)):

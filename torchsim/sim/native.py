@@ -10,7 +10,6 @@ before anything imports the three.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -19,9 +18,12 @@ import sys
 import warnings
 from pathlib import Path
 
-MODULES = ("resources", "state", "loop")  # in import order: each needs only the ones before it
+from torchsim.sim.native_sources import MODULES
+from torchsim.sim.native_sources import RECORD as _RECORD_NAME
+from torchsim.sim.native_sources import source_hash as _hash
+
 HERE = Path(__file__).resolve().parent
-RECORD = HERE / "_native_build.json"
+RECORD = HERE / _RECORD_NAME
 
 ENGINE = "python"  # "compiled" | "python", set by check()
 WHY = "not checked"
@@ -36,13 +38,8 @@ def _compiled_path(name: str) -> Path | None:
 
 
 def source_hash(name: str) -> str:
-    """SHA-256 of what module `name` compiles from: its .py and, where there is one, its .pxd (setup.py records the
-    same at build time)."""
-    h = hashlib.sha256((HERE / f"{name}.py").read_bytes())
-    pxd = HERE / f"{name}.pxd"
-    if pxd.is_file():
-        h.update(pxd.read_bytes())
-    return h.hexdigest()
+    """SHA-256 of what module `name` here compiles from (torchsim.sim.native_sources: setup.py records the same)."""
+    return _hash(HERE, name)
 
 
 def _stale() -> list[str] | None:
@@ -75,12 +72,12 @@ def check() -> str:
     if not found:
         ENGINE, WHY = "python", "not compiled at install (no Cython or no C compiler)"
         return ENGINE
-    stale = _stale()
+    stale: list[str] | None = []
     if os.environ.get("TORCHSIM_PURE_PYTHON"):
         WHY = "TORCHSIM_PURE_PYTHON is set"
     elif len(found) < len(MODULES):
         WHY = f"only {', '.join(found)} compiled"
-    elif stale is None or stale:
+    elif (stale := _stale()) is None or stale:
         WHY = ("no record of the sources they were built from" if stale is None else
                f"the source of {', '.join(stale)} (.py or .pxd) changed since the build")
         warnings.warn(f"torchsim: the compiled engine is stale ({WHY}); running its Python source. Rebuild with "
