@@ -297,6 +297,10 @@ def main() -> None:
     if args.reuse or both:
         print("calls interpolated along one size vs their full simulation:")
         out["reuse"] = run_reuse(args.only)
+    if args.startup or args.walls or both:  # the commands as a user runs them after set-up: scripts/dev compiles
+        # torchsim's modules to bytecode (which Python would not write where PYTHONDONTWRITEBYTECODE is set)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "torchsim")], check=True,
+                       stdout=subprocess.DEVNULL)
     if args.startup or both:
         print("start-up (fresh process, no simulation):")
         out["startup"] = run_startup(args.only)

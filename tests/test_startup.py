@@ -141,3 +141,35 @@ def test_an_abbreviated_root_option_before_the_command_gets_its_parser(capsys: p
 
     assert main(["--deb", "hw", "show", "h100-sxm", "--json"]) == 0
     assert '"name"' in capsys.readouterr().out
+
+
+def test_a_command_runs_full_collections_less_often_and_restores_the_collector(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    """While a command runs, the collector's full passes are FULL_COLLECTION_EVERY middle-generation passes apart
+    (torch's ~1M long-lived objects made each pass cost up to 0.25 s and free nothing); the young generations keep
+    Python's thresholds, and an in-process caller gets its own thresholds back, after an error too."""
+    import gc
+
+    from torchsim import cli
+    from torchsim.cli import hw as hw_cli
+
+    seen: list[tuple[int, int, int]] = []
+
+    def record(args: object) -> int:
+        seen.append(gc.get_threshold())
+        if getattr(args, "hw_command", "") == "show":
+            raise ValueError("a command that fails")
+        return 0
+
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        monkeypatch.setattr(hw_cli, "_list", record)
+        monkeypatch.setattr(hw_cli, "_show", record)
+        assert cli.main(["hw", "list"]) == 0
+        assert gc.get_threshold() == (700, 10, 10)
+        assert cli.main(["hw", "show", "h100-sxm"]) == 2
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [(700, 10, cli.FULL_COLLECTION_EVERY)] * 2
