@@ -15,7 +15,6 @@ of attention kernels).
 from __future__ import annotations
 
 import heapq
-from math import ceil
 from typing import Any
 
 import cython
@@ -39,7 +38,8 @@ Int = cython.typedef(cython.longlong)
                pred=list, data_at=list, spf=list, queues=list, q=list, ulist=list, e=tuple, lasts=list,
                policies=list, sms=list, active=list, stalls=list, rkind=list, general=cython.bint, bk=cython.bint,
                flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
-               clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint)
+               clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint, fd=cython.double,
+               pe=Int)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -81,11 +81,12 @@ def event_loop(eng: Any) -> int:
         policy or clusters)."""
         x = cta.data_at[k]
         if x > t:  # data released at a predecessor's issue arrives later: ready then
-            if x in cal:
-                cal[x].append((EV_READY, cta, k))
-            else:
+            evl = cal.get(x)
+            if evl is None:
                 cal[x] = [(EV_READY, cta, k)]
                 push(times, x)
+            else:
+                evl.append((EV_READY, cta, k))
             return
         cta.ready_t[k] = t
         sm = cta.smo
@@ -105,19 +106,21 @@ def event_loop(eng: Any) -> int:
             dirty.append(s)
         elif lb < sm.wake:
             sm.wake = lb
-            if lb in cal:
-                cal[lb].append(wake_ev[s])
-            else:
+            evl = cal.get(lb)
+            if evl is None:
                 cal[lb] = [wake_ev[s]]
                 push(times, lb)
+            else:
+                evl.append(wake_ev[s])
 
     def schedule(x: int, ev: tuple[Any, ...]) -> None:
         """Event ev at cycle x (written inline where every node pays for it)."""
-        if x in cal:
-            cal[x].append(ev)
-        else:
+        evl = cal.get(x)
+        if evl is None:
             cal[x] = [ev]
             push(times, x)
+        else:
+            evl.append(ev)
 
     @cython.locals(cta=CtaState, k=Int, t=Int, need=Int, b=Int)
     def ready(cta: CtaState, k: int, t: int) -> None:
@@ -208,19 +211,30 @@ def event_loop(eng: Any) -> int:
                         else:
                             c.bar[arrive] += 1
                     done = t
-                    if sio_occ:
+                    if sio_occ:  # Pipeline.occupy, inlined
                         port = c.smo.ulist[LDST]
                         assert port is not None
-                        done = port.occupy(t, sio_occ, sio)[1]
+                        pe = port.free_at
+                        if t > pe:
+                            pe = t
+                        pe += sio_occ
+                        port.free_at = pe
+                        port.busy_work += sio
+                        pt = port.partner
+                        if pt is not None and pt.free_at < pe:
+                            pt.free_at = pe
+                        done = pe
                     if record:
                         eng._record(c, b, t, t, t, done, dep)
                     if done == t:  # handled next, before any other synchronisation node
                         instant.appendleft((EV_DONE, c, b))
-                    elif done in cal:
-                        cal[done].append((EV_DONE, c, b))
                     else:
-                        cal[done] = [(EV_DONE, c, b)]
-                        push(times, done)
+                        evl = cal.get(done)
+                        if evl is None:
+                            cal[done] = [(EV_DONE, c, b)]
+                            push(times, done)
+                        else:
+                            evl.append((EV_DONE, c, b))
                 else:  # CTA b launches on SM a
                     cta = eng._launch(a, b, t)
                     for j in cta.prep.roots:
@@ -407,7 +421,10 @@ def event_loop(eng: Any) -> int:
                                 if xf > end:
                                     end = xf
                                 lat = dram_lat
-                            done = ceil(end + lat + extra)
+                            fd = end + lat + extra  # ceil, without the builtin's call (fd >= 0)
+                            done = int(fd)
+                            if done < fd:
+                                done += 1
                             start = done - t - (lat + extra + occ)  # queueing beyond the unloaded latency
                             if start > 0:
                                 stalls[5] += start
@@ -415,20 +432,29 @@ def event_loop(eng: Any) -> int:
                             else:
                                 start = t
                     if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
-                        port = ulist[LDST]
+                        port = ulist[LDST]  # (Pipeline.occupy, inlined)
                         assert port is not None
-                        end = port.occupy(t, sio_occ, sio)[1]
-                        if end > done:
-                            done = end
+                        pe = port.free_at
+                        if t > pe:
+                            pe = t
+                        pe += sio_occ
+                        port.free_at = pe
+                        port.busy_work += sio
+                        pt = port.partner
+                        if pt is not None and pt.free_at < pe:
+                            pt.free_at = pe
+                        if pe > done:
+                            done = pe
                     if record:
                         eng._record(cta, j, rt, t, start, done, dep)
                     # done > t: a unit takes at least a cycle (Pipeline.occupancy)
                     if dq is None:
-                        if done in cal:
-                            cal[done].append((EV_DONE, cta, j))
-                        else:
+                        evl = cal.get(done)
+                        if evl is None:
                             cal[done] = [(EV_DONE, cta, j)]
                             push(times, done)
+                        else:
+                            evl.append((EV_DONE, cta, j))
                     else:
                         # Every data successor joins a queue when ready, so its data edges are released now,
                         # taking effect at `done`: a successor whose last edge this is becomes ready at the
@@ -445,11 +471,12 @@ def event_loop(eng: Any) -> int:
                             pred[k] = n
                             if n == 0:
                                 x = data_at[k]
-                                if x in cal:
-                                    cal[x].append((EV_READY, cta, k))
-                                else:
+                                evl = cal.get(x)
+                                if evl is None:
                                     cal[x] = [(EV_READY, cta, k)]
                                     push(times, x)
+                                else:
+                                    evl.append((EV_READY, cta, k))
                 if general and not lazy:  # wake at the earliest cycle the scan named, unless one is due before
                     if nxt < sm.wake:
                         sm.wake = nxt
@@ -475,9 +502,11 @@ def event_loop(eng: Any) -> int:
                     sm.wake = nxt
                     if nxt == NEVER:  # nothing queued
                         pass
-                    elif nxt in cal:
-                        cal[nxt].append(wake_ev[s])
                     else:
-                        cal[nxt] = [wake_ev[s]]
-                        push(times, nxt)
+                        evl = cal.get(nxt)
+                        if evl is None:
+                            cal[nxt] = [wake_ev[s]]
+                            push(times, nxt)
+                        else:
+                            evl.append(wake_ev[s])
     return t
