@@ -31,6 +31,62 @@ from torchsim.sim.state import EV_DONE, EV_LAUNCH, EV_READY, EV_SYNC, EV_WAKE, N
 Int = cython.typedef(cython.longlong)
 
 
+@cython.cfunc
+@cython.annotation_typing(False)  # typed by the locals (the annotations are for Python readers)
+@cython.locals(heap=list, x=Int, pos=Int, parent=Int)
+def _push(heap: list[int], x: int) -> None:
+    """heapq.heappush of cycle x, its comparisons on C integers when compiled (the calendar's cycles are distinct,
+    so any min-heap pops them in the same order)."""
+    if not cython.compiled:
+        heapq.heappush(heap, x)
+        return
+    heap.append(x)
+    item = heap[-1]
+    pos = len(heap) - 1
+    while pos > 0:
+        parent = (pos - 1) >> 1
+        if x < heap[parent]:
+            heap[pos] = heap[parent]
+            pos = parent
+        else:
+            break
+    heap[pos] = item
+
+
+@cython.cfunc
+@cython.annotation_typing(False)
+@cython.returns(Int)
+@cython.locals(heap=list, x=Int, pos=Int, child=Int, n=Int, cv=Int, rv=Int)
+def _pop(heap: list[int]) -> int:
+    """heapq.heappop, its comparisons on C integers when compiled."""
+    if not cython.compiled:
+        return heapq.heappop(heap)
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    x = last
+    n = len(heap)
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        cv = heap[child]
+        if child + 1 < n:
+            rv = heap[child + 1]
+            if rv < cv:
+                child += 1
+                cv = rv
+        if cv < x:
+            heap[pos] = heap[child]
+            pos = child
+        else:
+            break
+    heap[pos] = last
+    return top
+
+
 @cython.locals(t=Int, cta=CtaState, c=CtaState, wsm=SmState, sm=SmState, unit=Pipeline, u=Pipeline, pt=Pipeline,
                port=Pipeline, l2=LruCache, l2srv=BandwidthServer, keys=dict, j=Int, k=Int, n=Int,
                occ=Int, s=Int, sp=Int, rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int, dep=Int,
@@ -39,11 +95,10 @@ Int = cython.typedef(cython.longlong)
                policies=list, sms=list, active=list, stalls=list, rkind=list, general=cython.bint, bk=cython.bint,
                flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
                clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint, fd=cython.double,
-               pe=Int)
+               pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
-    pop, push = heapq.heappop, heapq.heappush
     sms, dirty, is_dirty = eng.sms, eng.dirty, eng.is_dirty  # the SMs, those to look at this cycle
     instant = eng.instant  # this cycle's synchronisation nodes to retire (EV_SYNC) and their completions (EV_DONE)
     stalls, record, retire = eng.stalls, eng.record, eng._retire
@@ -84,7 +139,7 @@ def event_loop(eng: Any) -> int:
             evl = cal.get(x)
             if evl is None:
                 cal[x] = [(EV_READY, cta, k)]
-                push(times, x)
+                _push(times, x)
             else:
                 evl.append((EV_READY, cta, k))
             return
@@ -109,7 +164,7 @@ def event_loop(eng: Any) -> int:
             evl = cal.get(lb)
             if evl is None:
                 cal[lb] = [wake_ev[s]]
-                push(times, lb)
+                _push(times, lb)
             else:
                 evl.append(wake_ev[s])
 
@@ -118,7 +173,7 @@ def event_loop(eng: Any) -> int:
         evl = cal.get(x)
         if evl is None:
             cal[x] = [ev]
-            push(times, x)
+            _push(times, x)
         else:
             evl.append(ev)
 
@@ -145,7 +200,7 @@ def event_loop(eng: Any) -> int:
 
     t = 0
     while times:
-        t = pop(times)
+        t = _pop(times)
         # -- completions, readiness, wake-ups and launches at t, in the order they were scheduled (including any
         # scheduled meanwhile). A wake-up only marks its SM, a node joining a queue only marks its SM or moves an
         # unmarked SM's `wake` earlier, and the pick among queued nodes does not depend on their queue order,
@@ -232,7 +287,7 @@ def event_loop(eng: Any) -> int:
                         evl = cal.get(done)
                         if evl is None:
                             cal[done] = [(EV_DONE, c, b)]
-                            push(times, done)
+                            _push(times, done)
                         else:
                             evl.append((EV_DONE, c, b))
                 else:  # CTA b launches on SM a
@@ -289,24 +344,29 @@ def event_loop(eng: Any) -> int:
                     else:
                         # the policy's first choice among the entries whose subpartitions and unit are free:
                         # smallest (flag, age, node), flag = not the last-issued group (GTO), at or before it (RR)
+                        # (ages and nodes compared as integers: no two entries have both equal)
                         best = None
                         bk = False
                         lsp = last[sp]
-                        for e in q:
+                        bi = ba = bn = 0
+                        for i in range(len(q)):
+                            e = q[i]
                             m = e[3]
                             if m is not None and (spmax if m is full else max(map(spf.__getitem__, m))) > t:
                                 continue
                             u = e[4]
                             if not u.queued and u.free_at > t:
                                 continue
-                            flag = e[0] != lsp if gto else e[0] <= lsp if rr else False
-                            if best is None or flag < bk or flag == bk and e < best:
+                            ea = e[0]
+                            flag = ea != lsp if gto else ea <= lsp if rr else False
+                            if best is None or flag < bk or flag == bk and (ea < ba or ea == ba and e[1] < bn):
                                 best = e
+                                bi, ba, bn = i, ea, e[1]
                                 bk = flag
                                 unit = u
                         if best is None:
                             continue
-                        q.remove(best)
+                        del q[bi]
                     m = best[3]
                     spmax = sm.spmax = t + 1
                     if m is None:
@@ -452,7 +512,7 @@ def event_loop(eng: Any) -> int:
                         evl = cal.get(done)
                         if evl is None:
                             cal[done] = [(EV_DONE, cta, j)]
-                            push(times, done)
+                            _push(times, done)
                         else:
                             evl.append((EV_DONE, cta, j))
                     else:
@@ -474,7 +534,7 @@ def event_loop(eng: Any) -> int:
                                 evl = cal.get(x)
                                 if evl is None:
                                     cal[x] = [(EV_READY, cta, k)]
-                                    push(times, x)
+                                    _push(times, x)
                                 else:
                                     evl.append((EV_READY, cta, k))
                 if general and not lazy:  # wake at the earliest cycle the scan named, unless one is due before
@@ -506,7 +566,7 @@ def event_loop(eng: Any) -> int:
                         evl = cal.get(nxt)
                         if evl is None:
                             cal[nxt] = [wake_ev[s]]
-                            push(times, nxt)
+                            _push(times, nxt)
                         else:
                             evl.append(wake_ev[s])
     return t
