@@ -95,13 +95,16 @@ def _pop(heap: list[int]) -> int:
                policies=list, sms=list, active=list, stalls=list, rkind=list, general=cython.bint, bk=cython.bint,
                flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
                clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint, fd=cython.double,
-               pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int)
+               pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int,
+               tb=object, tb1=object, st0=cython.double, st1=cython.double, st2=cython.double,
+               st3=cython.double, st4=cython.double, st5=cython.double)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
     sms, dirty, is_dirty = eng.sms, eng.dirty, eng.is_dirty  # the SMs, those to look at this cycle
     instant = eng.instant  # this cycle's synchronisation nodes to retire (EV_SYNC) and their completions (EV_DONE)
     stalls, record, retire = eng.stalls, eng.record, eng._retire
+    st0 = st1 = st2 = st3 = st4 = st5 = 0.0  # stall cycles by kind (torchsim.sim.summary STALLS order)
     # the memory hierarchy: a profile's own memory system, or L1 -> L2 (lines, bandwidth) -> DRAM inline
     memsys = eng.memsys
     l2, l2srv = eng.l2, eng.l2srv
@@ -201,13 +204,15 @@ def event_loop(eng: Any) -> int:
     t = 0
     while times:
         t = _pop(times)
+        tb, tb1 = t, t + 1  # t and t + 1 as Python ints, made once a cycle (a store of t, or its comparison with
+        # a Python value, would make one each time)
         # -- completions, readiness, wake-ups and launches at t, in the order they were scheduled (including any
         # scheduled meanwhile). A wake-up only marks its SM, a node joining a queue only marks its SM or moves an
         # unmarked SM's `wake` earlier, and the pick among queued nodes does not depend on their queue order,
         # so the order of these at one cycle does not matter. Then the issue rounds, until quiet: each
         # synchronisation node in turn (an EV_SYNC through the same handler, followed at once by its EV_DONE when
         # it completes in the same cycle), then the marked SMs in index order.
-        evs = cal[t]
+        evs = cal[tb]
         first = True
         while True:
             for kind, a, b in evs:
@@ -221,7 +226,7 @@ def event_loop(eng: Any) -> int:
                 elif kind == EV_READY:  # the last data of node b of CTA a arrives
                     c = a
                     c.why[b] = W_DATA
-                    enqueue(c, b, t)
+                    enqueue(c, b, tb)
                 elif kind != EV_LAUNCH:  # node b of CTA a completes (EV_DONE: its data edges) or retires (EV_SYNC:
                     # its order edges first)
                     c = a
@@ -232,11 +237,16 @@ def event_loop(eng: Any) -> int:
                     else:
                         _, g, occ, work, sio, sio_occ, succ, arrive, extra, dq = c.info[b]
                         gl = c.grp_last
-                        dep = t - gl[g]  # its wait on its group (it was ready at t: a sync node never waits to issue)
+                        dep = tb - gl[g]  # its wait on its group (it was ready at t: a sync node never waits to issue)
                         if dep > 0:
                             w = c.why[b]
-                            stalls[w if w < 3 else 0] += dep
-                        gl[g] = t
+                            if w == 1:
+                                st1 += dep
+                            elif w == 2:
+                                st2 += dep
+                            else:
+                                st0 += dep
+                        gl[g] = tb
                         why = W_ORDER
                     rkind = c.rkind
                     for k in succ:
@@ -247,25 +257,25 @@ def event_loop(eng: Any) -> int:
                         c.why[k] = why
                         rk = rkind[k]
                         if rk == R_QUEUE:
-                            enqueue(c, k, t)
+                            enqueue(c, k, tb)
                         elif rk == R_INSTANT:
-                            c.ready_t[k] = t
+                            c.ready_t[k] = tb
                             instant.append((EV_SYNC, c, k))
                         else:
-                            ready(c, k, t)
+                            ready(c, k, tb)
                     if kind == EV_DONE:
                         c.remaining -= 1
                         if c.remaining == 0:
-                            retire(c, t)
+                            retire(c, tb)
                         continue
                     # the rest of a synchronisation node: its barrier arrival; it completes now (the EV_DONE appended
                     # here is handled next), unless it moves bytes through the shared-memory port
                     if arrive >= 0:
                         if clusters or c.bar_wait[arrive]:
-                            eng._arrive(c, arrive, t)
+                            eng._arrive(c, arrive, tb)
                         else:
                             c.bar[arrive] += 1
-                    done = t
+                    done = tb
                     if sio_occ:  # Pipeline.occupy, inlined
                         port = c.smo.ulist[LDST]
                         assert port is not None
@@ -281,7 +291,7 @@ def event_loop(eng: Any) -> int:
                         done = pe
                     if record:
                         eng._record(c, b, t, t, t, done, dep)
-                    if done == t:  # handled next, before any other synchronisation node
+                    if done == tb:  # handled next, before any other synchronisation node
                         instant.appendleft((EV_DONE, c, b))
                     else:
                         evl = cal.get(done)
@@ -291,11 +301,11 @@ def event_loop(eng: Any) -> int:
                         else:
                             evl.append((EV_DONE, c, b))
                 else:  # CTA b launches on SM a
-                    cta = eng._launch(a, b, t)
+                    cta = eng._launch(a, b, tb)
                     for j in cta.prep.roots:
-                        ready(cta, j, t)
+                        ready(cta, j, tb)
             if first:
-                del cal[t]
+                del cal[tb]
                 first = False
             if instant:
                 evs = (instant.popleft(),)
@@ -327,7 +337,7 @@ def event_loop(eng: Any) -> int:
                     q = queues[sp]
                     if not q:
                         continue
-                    if spf[sp] > t:
+                    if spf[sp] > tb:
                         if general and spf[sp] < nxt:
                             nxt = spf[sp]
                         continue
@@ -370,12 +380,12 @@ def event_loop(eng: Any) -> int:
                     m = best[3]
                     spmax = sm.spmax = t + 1
                     if m is None:
-                        spf[sp] = t + 1
+                        spf[sp] = tb1
                     elif m is full:
-                        spf[:] = [t + 1] * nsp
+                        spf[:] = [tb1] * nsp
                     else:
                         for x in m:
-                            spf[x] = t + 1
+                            spf[x] = tb1
                     if plain:
                         last[sp] = best[0]
                     else:
@@ -389,10 +399,18 @@ def event_loop(eng: Any) -> int:
                     dep = rt - gl[g]
                     if dep > 0:
                         w = cta.why[j]
-                        stalls[w if w < 3 else 0] += dep
+                        if w == 1:
+                            st1 += dep
+                        elif w == 2:
+                            st2 += dep
+                        else:
+                            st0 += dep
                     if t > rt:
-                        stalls[3 if unit.free_at > rt else 4] += t - rt
-                    gl[g] = t
+                        if unit.free_at > rt:
+                            st3 += t - rt
+                        else:
+                            st4 += t - rt
+                    gl[g] = tb
                     if osucc:  # release order edges at issue
                         pred = cta.pred
                         rkind = cta.rkind
@@ -402,36 +420,36 @@ def event_loop(eng: Any) -> int:
                             if n == 0:
                                 cta.why[k] = W_ORDER
                                 if rkind[k] == R_QUEUE:
-                                    if cta.data_at[k] > t:  # its data arrives later: enqueue makes it ready then
-                                        enqueue(cta, k, t)
+                                    if cta.data_at[k] > tb:  # its data arrives later: enqueue makes it ready then
+                                        enqueue(cta, k, tb)
                                         continue
                                     # joins a queue of this SM: the wake-up computed after the scan covers it,
                                     # unless it could issue in this cycle (a subpartition still free)
-                                    cta.ready_t[k] = t
+                                    cta.ready_t[k] = tb
                                     sp0, m, uid = cta.qinfo[k]
                                     u = ulist[uid]
                                     queues[sp0].append((cta.base + cta.group[k], k, cta, m, u))
                                     if (not is_dirty[s] and (not lazy or (u.queued or u.free_at <= t) and (
                                             spf[sp0] if m is None else spmax if m is full else
-                                            max(map(spf.__getitem__, m))) <= t)):
+                                            max(map(spf.__getitem__, m))) <= tb)):
                                         is_dirty[s] = True
                                         dirty.append(s)
                                 elif rkind[k] == R_INSTANT:
-                                    cta.ready_t[k] = t
+                                    cta.ready_t[k] = tb
                                     instant.append((EV_SYNC, cta, k))
                                 else:
-                                    ready(cta, k, t)
+                                    ready(cta, k, tb)
                     if arrive >= 0:
                         if clusters or cta.bar_wait[arrive]:
-                            eng._arrive(cta, arrive, t)
+                            eng._arrive(cta, arrive, tb)
                         else:
                             cta.bar[arrive] += 1
                     if kind == K_REMOTE:  # DSMEM (torchsim.sim.clusters)
-                        start, done = t, eng._remote(cta, j, unit, t)
+                        start, done = tb, eng._remote(cta, j, unit, tb)
                     else:  # take the unit (a pipe or a memory front end): Pipeline.occupy, inlined
                         start = unit.free_at
-                        if t > start:
-                            start = t
+                        if tb > start:
+                            start = tb
                         end = start + occ
                         unit.free_at = end
                         unit.busy_work += work
@@ -441,9 +459,9 @@ def event_loop(eng: Any) -> int:
                                 pt.free_at = end
                             done = end + unit.latency
                         elif memsys is not None:
-                            done, start = eng._memsys(cta, j, t, end, work, kind != K_WRITE)
-                        elif kind == K_LDG and (miss := eng._l1_miss(unit, cta, j, t, work, occ)) is None:
-                            start, done = t, end + l1_lat  # every line hits the SM's L1
+                            done, start = eng._memsys(cta, j, tb, end, work, kind != K_WRITE)
+                        elif kind == K_LDG and (miss := eng._l1_miss(unit, cta, j, tb, work, occ)) is None:
+                            start, done = tb, end + l1_lat  # every line hits the SM's L1
                         else:  # a global read or write past L1: L2, then DRAM on a miss
                             if kind == K_LDG:  # only the missing lines go on to L2
                                 work, occ = miss
@@ -463,8 +481,8 @@ def event_loop(eng: Any) -> int:
                                     l2.used -= l2_evict(False)[1]
                                 hit = False
                             xf = l2srv.free_at  # BandwidthServer.serve
-                            if t > xf:
-                                xf = t
+                            if tb > xf:
+                                xf = tb
                             dur = work / l2srv.bytes_per_cycle
                             l2_end = l2srv.free_at = xf + dur
                             l2srv.bytes += work
@@ -472,12 +490,12 @@ def event_loop(eng: Any) -> int:
                             if l2_end > end:  # max(front end, L2[, DRAM]) without the slow builtin
                                 end = l2_end
                             if kind == K_WRITE:
-                                dram_serve(t, work, True)  # write-back traffic; the store completes at L2
+                                dram_serve(tb, work, True)  # write-back traffic; the store completes at L2
                                 lat = l2_lat
                             elif hit:
                                 lat = l2_lat
                             else:
-                                xf = dram_serve(t, work, False)
+                                xf = dram_serve(tb, work, False)
                                 if xf > end:
                                     end = xf
                                 lat = dram_lat
@@ -485,12 +503,12 @@ def event_loop(eng: Any) -> int:
                             done = int(fd)
                             if done < fd:
                                 done += 1
-                            start = done - t - (lat + extra + occ)  # queueing beyond the unloaded latency
+                            start = done - tb - (lat + extra + occ)  # queueing beyond the unloaded latency
                             if start > 0:
-                                stalls[5] += start
-                                start += t
+                                st5 += start
+                                start += tb
                             else:
-                                start = t
+                                start = tb
                     if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
                         port = ulist[LDST]  # (Pipeline.occupy, inlined)
                         assert port is not None
@@ -569,4 +587,7 @@ def event_loop(eng: Any) -> int:
                             _push(times, nxt)
                         else:
                             evl.append(wake_ev[s])
+    # the stall cycles, kept in C doubles during the loop (added in the same order as to the list: the same sums)
+    for i, x_st in enumerate((st0, st1, st2, st3, st4, st5)):
+        stalls[i] += x_st
     return t
