@@ -19,16 +19,34 @@ from typing import Any
 
 import cython
 
-from torchsim.sim.issue import LDST, PICK_GTO, PICK_RR, PICK_SORT
-from torchsim.sim.memory import K_LDG, K_PIPE, K_REMOTE, K_WRITE
-from torchsim.sim.prepare import ISSUE_ONLY, R_INSTANT, R_QUEUE
+from torchsim.sim import issue, memory, prepare, state
+from torchsim.sim.issue import PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
-from torchsim.sim.state import EV_DONE, EV_LAUNCH, EV_READY, EV_SYNC, EV_WAKE, NEVER, W_DATA, W_ORDER, CtaState, SmState
+from torchsim.sim.state import CtaState, SmState
 
 # C types for the compiled build (torchsim.sim.native: Cython); plain Python ignores them. A name typed Int
 # rejects anything but an int (a float there raises TypeError, never rounds), so only names that hold nothing
 # else are; a `bint` converts any value to its truth, so only flags are.
 Int = cython.typedef(cython.longlong)
+
+# the event kinds, node codes, memory paths and the shared-memory port's unit as C constants when compiled (a
+# module global is a dictionary lookup, and its comparison with a C integer a Python one)
+EV_DONE = cython.declare(Int, state.EV_DONE)
+EV_LAUNCH = cython.declare(Int, state.EV_LAUNCH)
+EV_READY = cython.declare(Int, state.EV_READY)
+EV_SYNC = cython.declare(Int, state.EV_SYNC)
+EV_WAKE = cython.declare(Int, state.EV_WAKE)
+NEVER = cython.declare(Int, state.NEVER)
+W_DATA = cython.declare(Int, state.W_DATA)
+W_ORDER = cython.declare(Int, state.W_ORDER)
+ISSUE_ONLY = cython.declare(Int, prepare.ISSUE_ONLY)
+R_INSTANT = cython.declare(Int, prepare.R_INSTANT)
+R_QUEUE = cython.declare(Int, prepare.R_QUEUE)
+K_LDG = cython.declare(Int, memory.K_LDG)
+K_PIPE = cython.declare(Int, memory.K_PIPE)
+K_REMOTE = cython.declare(Int, memory.K_REMOTE)
+K_WRITE = cython.declare(Int, memory.K_WRITE)
+LDST = cython.declare(Int, issue.LDST)
 
 
 @cython.cfunc
