@@ -114,13 +114,14 @@ def _pop(heap: list[int]) -> int:
                flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
                clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint, fd=cython.double,
                pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int,
-               tb=object, tb1=object, st0=cython.double, st1=cython.double, st2=cython.double,
+               tb=object, tb1=object, marked=list, st0=cython.double, st1=cython.double, st2=cython.double,
                st3=cython.double, st4=cython.double, st5=cython.double)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
     sms, dirty, is_dirty = eng.sms, eng.dirty, eng.is_dirty  # the SMs, those to look at this cycle
     instant = eng.instant  # this cycle's synchronisation nodes to retire (EV_SYNC) and their completions (EV_DONE)
+    sync_append, sync_first, sync_next = instant.append, instant.appendleft, instant.popleft
     stalls, record, retire = eng.stalls, eng.record, eng._retire
     st0 = st1 = st2 = st3 = st4 = st5 = 0.0  # stall cycles by kind (torchsim.sim.summary STALLS order)
     # the memory hierarchy: a profile's own memory system, or L1 -> L2 (lines, bandwidth) -> DRAM inline
@@ -148,6 +149,7 @@ def event_loop(eng: Any) -> int:
     nsp = eng.nsp
     # the subpartitions whose queues can hold entries (every node's first subpartition), in issue order
     active = sorted({sp0 for p in eng.preps for sp0 in p.sp0})
+    marked = dirty  # the marked SMs again, as a C-typed list for the loop below (the closures above see `dirty`)
 
     @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list)
     def enqueue(cta: CtaState, k: int, t: int) -> None:
@@ -240,7 +242,7 @@ def event_loop(eng: Any) -> int:
                         wsm.wake = NEVER
                         if not is_dirty[b]:
                             is_dirty[b] = True
-                            dirty.append(b)
+                            marked.append(b)
                 elif kind == EV_READY:  # the last data of node b of CTA a arrives
                     c = a
                     c.why[b] = W_DATA
@@ -278,7 +280,7 @@ def event_loop(eng: Any) -> int:
                             enqueue(c, k, tb)
                         elif rk == R_INSTANT:
                             c.ready_t[k] = tb
-                            instant.append((EV_SYNC, c, k))
+                            sync_append((EV_SYNC, c, k))
                         else:
                             ready(c, k, tb)
                     if kind == EV_DONE:
@@ -310,7 +312,7 @@ def event_loop(eng: Any) -> int:
                     if record:
                         eng._record(c, b, t, t, t, done, dep)
                     if done == tb:  # handled next, before any other synchronisation node
-                        instant.appendleft((EV_DONE, c, b))
+                        sync_first((EV_DONE, c, b))
                     else:
                         evl = cal.get(done)
                         if evl is None:
@@ -326,19 +328,19 @@ def event_loop(eng: Any) -> int:
                 del cal[tb]
                 first = False
             if instant:
-                evs = (instant.popleft(),)
+                evs = (sync_next(),)
                 continue
-            if not dirty:
+            if not marked:
                 break
             evs = ()
-            if len(dirty) == 1:  # the common case: one SM
-                s = dirty.pop()
+            if len(marked) == 1:  # the common case: one SM
+                s = marked.pop()
                 is_dirty[s] = False
                 batch = (s,)
             else:
-                dirty.sort()
-                batch = dirty[:]
-                dirty.clear()
+                marked.sort()
+                batch = marked[:]
+                marked.clear()
                 for s in batch:
                     is_dirty[s] = False
             for s in batch:
@@ -451,10 +453,10 @@ def event_loop(eng: Any) -> int:
                                             spf[sp0] if m is None else spmax if m is full else
                                             max(map(spf.__getitem__, m))) <= tb)):
                                         is_dirty[s] = True
-                                        dirty.append(s)
+                                        marked.append(s)
                                 elif rkind[k] == R_INSTANT:
                                     cta.ready_t[k] = tb
-                                    instant.append((EV_SYNC, cta, k))
+                                    sync_append((EV_SYNC, cta, k))
                                 else:
                                     ready(cta, k, tb)
                     if arrive >= 0:
