@@ -113,9 +113,10 @@ def _pop(heap: list[int]) -> int:
                policies=list, sms=list, active=list, stalls=list, rkind=list, general=cython.bint, bk=cython.bint,
                flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
                clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint, fd=cython.double,
-               pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int,
-               tb=object, tb1=object, marked=list, st0=cython.double, st1=cython.double, st2=cython.double,
-               st3=cython.double, st4=cython.double, st5=cython.double)
+               pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int, tb=object, tb1=object, marked=list,
+               fe=cython.double, xf=cython.double, dur=cython.double, l2_end=cython.double, xe=cython.double, lat=Int,
+               l2_lat=Int, dram_lat=Int, st0=cython.double, st1=cython.double, st2=cython.double, st3=cython.double,
+               st4=cython.double, st5=cython.double)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -486,7 +487,9 @@ def event_loop(eng: Any) -> int:
                             if kind == K_LDG:  # only the missing lines go on to L2
                                 work, occ = miss
                             keys = cta.keys
-                            key = keys[j] if j in keys else (cta.prep.name, j, cta.seq)
+                            key = keys.get(j)
+                            if key is None:
+                                key = (cta.prep.name, j, cta.seq)
                             if key in l2lines:  # LruCache.access
                                 l2_touch(key)
                                 l2.hits += 1
@@ -500,15 +503,18 @@ def event_loop(eng: Any) -> int:
                                 while l2.used > l2.capacity and l2lines:
                                     l2.used -= l2_evict(False)[1]
                                 hit = False
+                            # in C doubles from here (each value as Python computes it: every cycle and
+                            # byte count below 2^53 converts exactly)
+                            fe = end
                             xf = l2srv.free_at  # BandwidthServer.serve
-                            if tb > xf:
-                                xf = tb
+                            if t > xf:
+                                xf = t
                             dur = work / l2srv.bytes_per_cycle
                             l2_end = l2srv.free_at = xf + dur
                             l2srv.bytes += work
                             l2srv.busy_cycles += dur
-                            if l2_end > end:  # max(front end, L2[, DRAM]) without the slow builtin
-                                end = l2_end
+                            if l2_end > fe:  # max(front end, L2[, DRAM]) without the slow builtin
+                                fe = l2_end
                             if kind == K_WRITE:
                                 dram_serve(tb, work, True)  # write-back traffic; the store completes at L2
                                 lat = l2_lat
@@ -516,10 +522,11 @@ def event_loop(eng: Any) -> int:
                                 lat = l2_lat
                             else:
                                 xf = dram_serve(tb, work, False)
-                                if xf > end:
-                                    end = xf
+                                if xf > fe:
+                                    fe = xf
                                 lat = dram_lat
-                            fd = end + lat + extra  # ceil, without the builtin's call (fd >= 0)
+                            xe = extra
+                            fd = fe + lat + xe  # ceil, without the builtin's call (fd >= 0)
                             done = int(fd)
                             if done < fd:
                                 done += 1
