@@ -21,7 +21,7 @@ import cython
 
 from torchsim.sim import issue, memory, prepare, state
 from torchsim.sim.issue import PICK_GTO, PICK_RR, PICK_SORT
-from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
+from torchsim.sim.resources import BandwidthServer, DramServer, LruCache, Pipeline
 from torchsim.sim.state import CtaState, SmState
 
 # C types for the compiled build (torchsim.sim.native: Cython); plain Python ignores them. A name typed Int
@@ -106,7 +106,7 @@ def _pop(heap: list[int]) -> int:
 
 
 @cython.locals(t=Int, cta=CtaState, c=CtaState, wsm=SmState, sm=SmState, unit=Pipeline, u=Pipeline, pt=Pipeline,
-               port=Pipeline, l2=LruCache, l2srv=BandwidthServer, keys=dict, j=Int, k=Int, n=Int,
+               port=Pipeline, l2=LruCache, l2srv=BandwidthServer, dram=DramServer, keys=dict, j=Int, k=Int, n=Int,
                occ=Int, s=Int, sp=Int, rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int, dep=Int,
                w=Int, rk=Int, spmax=Int, nxt=Int, lb=Int, f=Int, sp0=Int, uid=Int, x=Int, nsp=Int, gl=list,
                pred=list, data_at=list, spf=list, queues=list, q=list, ulist=list, e=tuple, lasts=list,
@@ -130,7 +130,7 @@ def event_loop(eng: Any) -> int:
     l2, l2srv = eng.l2, eng.l2srv
     l2lines = l2.lines
     l2_touch, l2_evict = l2lines.move_to_end, l2lines.popitem
-    dram_serve = eng.dram.serve_kind  # DramServer: the cost per byte depends on the read/write mix
+    dram = eng.dram  # DramServer: the cost per byte depends on the read/write mix
     l1_lat, l2_lat, dram_lat = (getattr(eng, a, 0) for a in ("l1_lat", "l2_lat", "dram_lat"))
     full = eng.full
     lazy = eng.lazy
@@ -516,12 +516,12 @@ def event_loop(eng: Any) -> int:
                             if l2_end > fe:  # max(front end, L2[, DRAM]) without the slow builtin
                                 fe = l2_end
                             if kind == K_WRITE:
-                                dram_serve(tb, work, True)  # write-back traffic; the store completes at L2
+                                dram.serve_kind(t, work, True)  # write-back traffic; the store completes at L2
                                 lat = l2_lat
                             elif hit:
                                 lat = l2_lat
                             else:
-                                xf = dram_serve(tb, work, False)
+                                xf = dram.serve_kind(t, work, False)
                                 if xf > fe:
                                     fe = xf
                                 lat = dram_lat

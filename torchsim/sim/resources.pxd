@@ -11,6 +11,7 @@ cdef class BandwidthServer:
 cdef class DramServer(BandwidthServer):
     cdef public double read_cost, write_cost, delta, window, recent_r, recent_w, dirty
     cdef public object last_t
+    cpdef double serve_kind(self, long long t, double nbytes, bint write) except? -1
 
 cdef class LruCache:
     cdef public double capacity, used, hit_bytes, miss_bytes

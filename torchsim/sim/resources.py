@@ -10,6 +10,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable
 
+import cython
+
 
 class Pipeline:
     """A throughput-oriented pipeline: latency, sustained throughput, and sub-operations in flight.
@@ -117,6 +119,7 @@ class DramServer(BandwidthServer):
         self.last_t = 0
         self.dirty = 0.0
 
+    @cython.annotation_typing(False)  # a C call from the event loop when compiled: the .pxd types it
     def serve_kind(self, t: int, nbytes: float, write: bool) -> float:
         """Queue a read (or write-back) of `nbytes` arriving at `t`; returns when its last byte has passed."""
         if self.delta:
