@@ -116,7 +116,7 @@ def _pop(heap: list[int]) -> int:
                pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int, tb=object, tb1=object, marked=list,
                fe=cython.double, xf=cython.double, dur=cython.double, l2_end=cython.double, xe=cython.double, lat=Int,
                l2_lat=Int, dram_lat=Int, st0=cython.double, st1=cython.double, st2=cython.double, st3=cython.double,
-               st4=cython.double, st5=cython.double)
+               st4=cython.double, st5=cython.double, succ=tuple, osucc=tuple, dq=tuple, batch=tuple)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -340,7 +340,7 @@ def event_loop(eng: Any) -> int:
                 batch = (s,)
             else:
                 marked.sort()
-                batch = marked[:]
+                batch = tuple(marked)
                 marked.clear()
                 for s in batch:
                     is_dirty[s] = False
