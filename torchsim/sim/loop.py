@@ -114,9 +114,10 @@ def _pop(heap: list[int]) -> int:
                flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
                clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint, fd=cython.double,
                pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int, tb=object, tb1=object, marked=list,
-               fe=cython.double, xf=cython.double, dur=cython.double, l2_end=cython.double, xe=cython.double, lat=Int,
-               l2_lat=Int, dram_lat=Int, st0=cython.double, st1=cython.double, st2=cython.double, st3=cython.double,
-               st4=cython.double, st5=cython.double, succ=tuple, osucc=tuple, dq=tuple, batch=tuple)
+               calendar=dict, fe=cython.double, xf=cython.double, dur=cython.double, l2_end=cython.double,
+               xe=cython.double, lat=Int, l2_lat=Int, dram_lat=Int, st0=cython.double, st1=cython.double,
+               st2=cython.double, st3=cython.double, st4=cython.double, st5=cython.double, succ=tuple, osucc=tuple,
+               dq=tuple, batch=tuple)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -150,7 +151,8 @@ def event_loop(eng: Any) -> int:
     nsp = eng.nsp
     # the subpartitions whose queues can hold entries (every node's first subpartition), in issue order
     active = sorted({sp0 for p in eng.preps for sp0 in p.sp0})
-    marked = dirty  # the marked SMs again, as a C-typed list for the loop below (the closures above see `dirty`)
+    # the calendar and the marked SMs again, C-typed for the loop below (the closures above see `cal` and `dirty`)
+    calendar, marked = cal, dirty
 
     @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list)
     def enqueue(cta: CtaState, k: int, t: int) -> None:
@@ -233,7 +235,7 @@ def event_loop(eng: Any) -> int:
         # so the order of these at one cycle does not matter. Then the issue rounds, until quiet: each
         # synchronisation node in turn (an EV_SYNC through the same handler, followed at once by its EV_DONE when
         # it completes in the same cycle), then the marked SMs in index order.
-        evs = cal[tb]
+        evs = calendar[tb]
         first = True
         while True:
             for kind, a, b in evs:
@@ -315,9 +317,9 @@ def event_loop(eng: Any) -> int:
                     if done == tb:  # handled next, before any other synchronisation node
                         sync_first((EV_DONE, c, b))
                     else:
-                        evl = cal.get(done)
+                        evl = calendar.get(done)
                         if evl is None:
-                            cal[done] = [(EV_DONE, c, b)]
+                            calendar[done] = [(EV_DONE, c, b)]
                             _push(times, done)
                         else:
                             evl.append((EV_DONE, c, b))
@@ -326,7 +328,7 @@ def event_loop(eng: Any) -> int:
                     for j in cta.prep.roots:
                         ready(cta, j, tb)
             if first:
-                del cal[tb]
+                del calendar[tb]
                 first = False
             if instant:
                 evs = (sync_next(),)
@@ -554,9 +556,9 @@ def event_loop(eng: Any) -> int:
                         eng._record(cta, j, rt, t, start, done, dep)
                     # done > t: a unit takes at least a cycle (Pipeline.occupancy)
                     if dq is None:
-                        evl = cal.get(done)
+                        evl = calendar.get(done)
                         if evl is None:
-                            cal[done] = [(EV_DONE, cta, j)]
+                            calendar[done] = [(EV_DONE, cta, j)]
                             _push(times, done)
                         else:
                             evl.append((EV_DONE, cta, j))
@@ -576,9 +578,9 @@ def event_loop(eng: Any) -> int:
                             pred[k] = n
                             if n == 0:
                                 x = data_at[k]
-                                evl = cal.get(x)
+                                evl = calendar.get(x)
                                 if evl is None:
-                                    cal[x] = [(EV_READY, cta, k)]
+                                    calendar[x] = [(EV_READY, cta, k)]
                                     _push(times, x)
                                 else:
                                     evl.append((EV_READY, cta, k))
@@ -608,9 +610,9 @@ def event_loop(eng: Any) -> int:
                     if nxt == NEVER:  # nothing queued
                         pass
                     else:
-                        evl = cal.get(nxt)
+                        evl = calendar.get(nxt)
                         if evl is None:
-                            cal[nxt] = [wake_ev[s]]
+                            calendar[nxt] = [wake_ev[s]]
                             _push(times, nxt)
                         else:
                             evl.append(wake_ev[s])
