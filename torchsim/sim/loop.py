@@ -19,7 +19,10 @@ from typing import Any
 
 import cython
 
-from torchsim.sim import issue, memory, prepare, state
+import torchsim.sim.issue as issue
+import torchsim.sim.memory as memory
+import torchsim.sim.prepare as prepare
+import torchsim.sim.state as state
 from torchsim.sim.issue import PICK_GTO, PICK_RR, PICK_SORT
 from torchsim.sim.resources import BandwidthServer, DramServer, LruCache, Pipeline
 from torchsim.sim.state import CtaState, SmState
