@@ -120,7 +120,7 @@ def _pop(heap: list[int]) -> int:
                calendar=dict, fe=cython.double, xf=cython.double, dur=cython.double, l2_end=cython.double,
                xe=cython.double, lat=Int, l2_lat=Int, dram_lat=Int, st0=cython.double, st1=cython.double,
                st2=cython.double, st3=cython.double, st4=cython.double, st5=cython.double, succ=tuple, osucc=tuple,
-               dq=tuple, batch=tuple)
+               dq=tuple, batch=tuple, us=Int, ue=Int, dn=Int)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -473,21 +473,23 @@ def event_loop(eng: Any) -> int:
                     if kind == K_REMOTE:  # DSMEM (torchsim.sim.clusters)
                         start, done = tb, eng._remote(cta, j, unit, tb)
                     else:  # take the unit (a pipe or a memory front end): Pipeline.occupy, inlined
-                        start = unit.free_at
-                        if tb > start:
-                            start = tb
-                        end = start + occ
-                        unit.free_at = end
+                        us = unit.free_at
+                        if t > us:
+                            us = t
+                        ue = us + occ
+                        unit.free_at = ue
                         unit.busy_work += work
                         if kind == K_PIPE:  # only pipes have partners (the tensor pipe and the SFU)
                             pt = unit.partner
-                            if pt is not None and pt.free_at < end:
-                                pt.free_at = end
-                            done = end + unit.latency
+                            if pt is not None and pt.free_at < ue:
+                                pt.free_at = ue
+                            done = ue + unit.latency
+                            if record:
+                                start = us
                         elif memsys is not None:
-                            done, start = eng._memsys(cta, j, tb, end, work, kind != K_WRITE)
+                            done, start = eng._memsys(cta, j, tb, ue, work, kind != K_WRITE)
                         elif kind == K_LDG and (miss := eng._l1_miss(unit, cta, j, tb, work, occ)) is None:
-                            start, done = tb, end + l1_lat  # every line hits the SM's L1
+                            start, done = tb, ue + l1_lat  # every line hits the SM's L1
                         else:  # a global read or write past L1: L2, then DRAM on a miss
                             if kind == K_LDG:  # only the missing lines go on to L2
                                 work, occ = miss
@@ -510,7 +512,7 @@ def event_loop(eng: Any) -> int:
                                 hit = False
                             # in C doubles from here (each value as Python computes it: every cycle and
                             # byte count below 2^53 converts exactly)
-                            fe = end
+                            fe = ue
                             xf = l2srv.free_at  # BandwidthServer.serve
                             if t > xf:
                                 xf = t
@@ -532,15 +534,16 @@ def event_loop(eng: Any) -> int:
                                 lat = dram_lat
                             xe = extra
                             fd = fe + lat + xe  # ceil, without the builtin's call (fd >= 0)
-                            done = int(fd)
-                            if done < fd:
-                                done += 1
-                            start = done - tb - (lat + extra + occ)  # queueing beyond the unloaded latency
-                            if start > 0:
-                                st5 += start
-                                start += tb
-                            else:
-                                start = tb
+                            dn = int(fd)
+                            if dn < fd:
+                                dn += 1
+                            done = dn
+                            fd = dn - t - (lat + xe + occ)  # queueing beyond the unloaded latency
+                            if fd > 0:
+                                st5 += fd
+                            if record:  # the record's start as Python computes it (an int unless extra is not)
+                                start = done - tb - (lat + extra + occ)
+                                start = start + tb if start > 0 else tb
                     if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
                         port = ulist[LDST]  # (Pipeline.occupy, inlined)
                         assert port is not None
