@@ -158,11 +158,12 @@ def event_loop(eng: Any) -> int:
     calendar, marked = cal, dirty
 
     @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list)
-    def enqueue(cta: CtaState, k: int, t: int) -> None:
-        """Node k of cta, which needs a unit and waits on no barrier, has every edge released at t: it joins its
-        subpartition's queue (when data released at a predecessor's issue arrives later: then). An SM whose node
-        cannot issue yet is woken at the earliest cycle it could (marked instead when not `lazy`: a throttling
-        policy or clusters)."""
+    def enqueue(cta: CtaState, k: int, tb: int) -> None:
+        """Node k of cta, which needs a unit and waits on no barrier, has every edge released at cycle tb: it joins
+        its subpartition's queue (when data released at a predecessor's issue arrives later: then). An SM whose
+        node cannot issue yet is woken at the earliest cycle it could (marked instead when not `lazy`: a
+        throttling policy or clusters). (tb: the event loop's Python int of the cycle, stored as it is.)"""
+        t = tb
         x = cta.data_at[k]
         if x > t:  # data released at a predecessor's issue arrives later: ready then
             evl = cal.get(x)
@@ -172,7 +173,7 @@ def event_loop(eng: Any) -> int:
             else:
                 evl.append((EV_READY, cta, k))
             return
-        cta.ready_t[k] = t
+        cta.ready_t[k] = tb
         sm = cta.smo
         sp0, m, uid = cta.qinfo[k]
         u = sm.ulist[uid]
@@ -206,10 +207,11 @@ def event_loop(eng: Any) -> int:
         else:
             evl.append(ev)
 
-    @cython.locals(cta=CtaState, k=Int, t=Int, need=Int, b=Int)
-    def ready(cta: CtaState, k: int, t: int) -> None:
-        """Node k of cta has every edge released at t: a barrier wait short of its arrivals waits on them, a
-        synchronisation node retires in this cycle's issue rounds, any other node joins its queue."""
+    @cython.locals(cta=CtaState, k=Int, need=Int, b=Int)
+    def ready(cta: CtaState, k: int, tb: int) -> None:
+        """Node k of cta has every edge released at cycle tb (a Python int, as for enqueue): a barrier wait short of
+        its arrivals waits on them, a synchronisation node retires in this cycle's issue rounds, any other node
+        joins its queue."""
         need = cta.need[k]
         if need:
             b = cta.barrier[k]
@@ -222,10 +224,10 @@ def event_loop(eng: Any) -> int:
                 cta.bar_wait[b].append(k)
                 return
         if cta.code[k] == ISSUE_ONLY:
-            cta.ready_t[k] = t
+            cta.ready_t[k] = tb
             instant.append((EV_SYNC, cta, k))
         else:
-            enqueue(cta, k, t)
+            enqueue(cta, k, tb)
 
     t = 0
     while times:
