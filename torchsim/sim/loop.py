@@ -120,7 +120,7 @@ def _pop(heap: list[int]) -> int:
                calendar=dict, fe=cython.double, xf=cython.double, dur=cython.double, l2_end=cython.double,
                xe=cython.double, lat=Int, l2_lat=Int, dram_lat=Int, st0=cython.double, st1=cython.double,
                st2=cython.double, st3=cython.double, st4=cython.double, st5=cython.double, succ=tuple, osucc=tuple,
-               dq=tuple, batch=tuple, us=Int, ue=Int, dn=Int)
+               dq=tuple, batch=tuple, us=Int, ue=Int, dn=Int, last=list)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
