@@ -97,3 +97,39 @@ def test_python_source_matches_the_golden_file_too() -> None:
     assert out.stdout.startswith("engine: python (TORCHSIM_PURE_PYTHON is set)"), out.stdout + out.stderr
     assert out.returncode == 0, out.stdout + out.stderr
     assert "DIFFERS" not in out.stdout
+
+
+HEAP_CHECK = """
+import heapq, random
+from torchsim.sim import native
+from torchsim.sim.resources import CycleHeap
+rng = random.Random(7)
+values = rng.sample(range(1 << 40), 5000)  # distinct cycles, more than the compiled heap's first buffer holds
+h, ref, out, want = CycleHeap(), [], [], []
+for i, v in enumerate(values):
+    h.push(v)
+    heapq.heappush(ref, v)
+    if i % 3 == 2:  # pops between pushes, as the event loop does
+        out.append(h.pop())
+        want.append(heapq.heappop(ref))
+assert len(h) == len(ref) and h.n == len(ref)
+while ref:
+    out.append(h.pop())
+    want.append(heapq.heappop(ref))
+assert out == want and len(h) == 0
+try:
+    h.pop()
+except IndexError:
+    pass
+else:
+    raise AssertionError("an empty heap popped")
+print("ok", native.ENGINE)
+"""
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_the_calendar_heap_pops_cycles_in_order(pure: bool) -> None:
+    """CycleHeap (a C array when compiled, heapq from source) pops what heapq pops, past its first buffer."""
+    out = _run(HEAP_CHECK, **({"TORCHSIM_PURE_PYTHON": "1"} if pure else {}))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ok", "python" if pure else native.ENGINE]

@@ -9,7 +9,6 @@ at completion; barrier waits need their arrivals. Time jumps from event to event
 from __future__ import annotations
 
 import gc
-import heapq
 import math
 import time
 from collections import deque
@@ -28,7 +27,7 @@ from torchsim.sim.memory import K_LDG, K_PIPE, K_READ, K_REMOTE, K_SYNC, K_WRITE
 from torchsim.sim.noc import ClusterNoc, NocConfig
 from torchsim.sim.policy import GreedyThenOldest, IssuePolicy, RoundRobin, current_default, get_policy
 from torchsim.sim.prepare import GLOBAL_READ, GLOBAL_WRITE, ISSUE_ONLY, R_QUEUE, Prepared, full_sps, prepared
-from torchsim.sim.resources import BandwidthServer, LruCache, Pipeline
+from torchsim.sim.resources import BandwidthServer, CycleHeap, LruCache, Pipeline
 from torchsim.sim.result import DeadlockError, KernelResult
 from torchsim.sim.state import EV_LAUNCH, EV_WAKE, CtaState, SmState, gpu_units
 from torchsim.sim.summary import STALLS, diagnose, summarize
@@ -148,7 +147,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         # a calendar: the cycles with something due (a heap holding each cycle once), and what is due at each
         # (node completions and readiness, SM wake-ups, CTA launches; torchsim.sim.state EV_*) in the order it
         # was scheduled
-        self.times: list[int] = []
+        self.times = CycleHeap()
         self.cal: dict[int, list[tuple[int, Any, Any]]] = {}
         self.wake_ev = [(EV_WAKE, sm, sm.index) for sm in self.sms]  # one shared calendar entry per SM
         self.dirty: list[int] = []
@@ -281,7 +280,7 @@ class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
         events = self.cal.get(t)
         if events is None:
             self.cal[t] = [(kind, a, b)]
-            heapq.heappush(self.times, t)
+            self.times.push(t)
         else:
             events.append((kind, a, b))
 

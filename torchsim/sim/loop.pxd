@@ -1,2 +1,2 @@
 from torchsim.sim.state cimport CtaState, SmState
-from torchsim.sim.resources cimport BandwidthServer, DramServer, LruCache, Pipeline
+from torchsim.sim.resources cimport BandwidthServer, CycleHeap, DramServer, LruCache, Pipeline

@@ -14,7 +14,6 @@ of attention kernels).
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 import cython
@@ -24,7 +23,7 @@ import torchsim.sim.memory as memory
 import torchsim.sim.prepare as prepare
 import torchsim.sim.state as state
 from torchsim.sim.issue import PICK_GTO, PICK_RR, PICK_SORT
-from torchsim.sim.resources import BandwidthServer, DramServer, LruCache, Pipeline
+from torchsim.sim.resources import BandwidthServer, CycleHeap, DramServer, LruCache, Pipeline
 from torchsim.sim.state import CtaState, SmState
 
 # C types for the compiled build (torchsim.sim.native: Cython); plain Python ignores them. A name typed Int
@@ -52,62 +51,6 @@ K_WRITE = cython.declare(Int, memory.K_WRITE)
 LDST = cython.declare(Int, issue.LDST)
 
 
-@cython.cfunc
-@cython.annotation_typing(False)  # typed by the locals (the annotations are for Python readers)
-@cython.locals(heap=list, x=Int, pos=Int, parent=Int)
-def _push(heap: list[int], x: int) -> None:
-    """heapq.heappush of cycle x, its comparisons on C integers when compiled (the calendar's cycles are distinct,
-    so any min-heap pops them in the same order)."""
-    if not cython.compiled:
-        heapq.heappush(heap, x)
-        return
-    heap.append(x)
-    item = heap[-1]
-    pos = len(heap) - 1
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if x < heap[parent]:
-            heap[pos] = heap[parent]
-            pos = parent
-        else:
-            break
-    heap[pos] = item
-
-
-@cython.cfunc
-@cython.annotation_typing(False)
-@cython.returns(Int)
-@cython.locals(heap=list, x=Int, pos=Int, child=Int, n=Int, cv=Int, rv=Int)
-def _pop(heap: list[int]) -> int:
-    """heapq.heappop, its comparisons on C integers when compiled."""
-    if not cython.compiled:
-        return heapq.heappop(heap)
-    last = heap.pop()
-    if not heap:
-        return last
-    top = heap[0]
-    x = last
-    n = len(heap)
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        cv = heap[child]
-        if child + 1 < n:
-            rv = heap[child + 1]
-            if rv < cv:
-                child += 1
-                cv = rv
-        if cv < x:
-            heap[pos] = heap[child]
-            pos = child
-        else:
-            break
-    heap[pos] = last
-    return top
-
-
 @cython.locals(t=Int, cta=CtaState, c=CtaState, wsm=SmState, sm=SmState, unit=Pipeline, u=Pipeline, pt=Pipeline,
                port=Pipeline, l2=LruCache, l2srv=BandwidthServer, dram=DramServer, keys=dict, j=Int, k=Int, n=Int,
                occ=Int, s=Int, sp=Int, rt=Int, kind=Int, b=Int, why=Int, g=Int, sio_occ=Int, arrive=Int, dep=Int,
@@ -117,10 +60,10 @@ def _pop(heap: list[int]) -> int:
                flag=cython.bint, gto=cython.bint, rr=cython.bint, plain=cython.bint, throttles=cython.bint,
                clusters=cython.bint, record=cython.bint, first=cython.bint, hit=cython.bint, fd=cython.double,
                pe=Int, i=Int, bi=Int, ba=Int, bn=Int, ea=Int, lsp=Int, tb=object, tb1=object, marked=list,
-               calendar=dict, fe=cython.double, xf=cython.double, dur=cython.double, l2_end=cython.double,
-               xe=cython.double, lat=Int, l2_lat=Int, dram_lat=Int, st0=cython.double, st1=cython.double,
-               st2=cython.double, st3=cython.double, st4=cython.double, st5=cython.double, succ=tuple, osucc=tuple,
-               dq=tuple, batch=tuple, us=Int, ue=Int, dn=Int, last=list)
+               calendar=dict, heap=CycleHeap, fe=cython.double, xf=cython.double, dur=cython.double,
+               l2_end=cython.double, xe=cython.double, lat=Int, l2_lat=Int, dram_lat=Int, st0=cython.double,
+               st1=cython.double, st2=cython.double, st3=cython.double, st4=cython.double, st5=cython.double,
+               succ=tuple, osucc=tuple, dq=tuple, batch=tuple, us=Int, ue=Int, dn=Int, last=list)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -154,8 +97,8 @@ def event_loop(eng: Any) -> int:
     nsp = eng.nsp
     # the subpartitions whose queues can hold entries (every node's first subpartition), in issue order
     active = sorted({sp0 for p in eng.preps for sp0 in p.sp0})
-    # the calendar and the marked SMs again, C-typed for the loop below (the closures above see `cal` and `dirty`)
-    calendar, marked = cal, dirty
+    # the calendar, the marked SMs and the heap again, C-typed for the loop below (the closures see them untyped)
+    calendar, marked, heap = cal, dirty, times
 
     @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list)
     def enqueue(cta: CtaState, k: int, tb: int) -> None:
@@ -169,7 +112,7 @@ def event_loop(eng: Any) -> int:
             evl = cal.get(x)
             if evl is None:
                 cal[x] = [(EV_READY, cta, k)]
-                _push(times, x)
+                times.push(x)
             else:
                 evl.append((EV_READY, cta, k))
             return
@@ -194,7 +137,7 @@ def event_loop(eng: Any) -> int:
             evl = cal.get(lb)
             if evl is None:
                 cal[lb] = [wake_ev[s]]
-                _push(times, lb)
+                times.push(lb)
             else:
                 evl.append(wake_ev[s])
 
@@ -203,7 +146,7 @@ def event_loop(eng: Any) -> int:
         evl = cal.get(x)
         if evl is None:
             cal[x] = [ev]
-            _push(times, x)
+            times.push(x)
         else:
             evl.append(ev)
 
@@ -230,8 +173,8 @@ def event_loop(eng: Any) -> int:
             enqueue(cta, k, tb)
 
     t = 0
-    while times:
-        t = _pop(times)
+    while heap.n:
+        t = heap.pop()
         tb, tb1 = t, t + 1  # t and t + 1 as Python ints, made once a cycle (a store of t, or its comparison with
         # a Python value, would make one each time)
         # -- completions, readiness, wake-ups and launches at t, in the order they were scheduled (including any
@@ -325,7 +268,7 @@ def event_loop(eng: Any) -> int:
                         evl = calendar.get(done)
                         if evl is None:
                             calendar[done] = [(EV_DONE, c, b)]
-                            _push(times, done)
+                            heap.push(done)
                         else:
                             evl.append((EV_DONE, c, b))
                 else:  # CTA b launches on SM a
@@ -567,7 +510,7 @@ def event_loop(eng: Any) -> int:
                         evl = calendar.get(done)
                         if evl is None:
                             calendar[done] = [(EV_DONE, cta, j)]
-                            _push(times, done)
+                            heap.push(done)
                         else:
                             evl.append((EV_DONE, cta, j))
                     else:
@@ -589,7 +532,7 @@ def event_loop(eng: Any) -> int:
                                 evl = calendar.get(x)
                                 if evl is None:
                                     calendar[x] = [(EV_READY, cta, k)]
-                                    _push(times, x)
+                                    heap.push(x)
                                 else:
                                     evl.append((EV_READY, cta, k))
                 if general and not lazy:  # wake at the earliest cycle the scan named, unless one is due before
@@ -621,7 +564,7 @@ def event_loop(eng: Any) -> int:
                         evl = calendar.get(nxt)
                         if evl is None:
                             calendar[nxt] = [wake_ev[s]]
-                            _push(times, nxt)
+                            heap.push(nxt)
                         else:
                             evl.append(wake_ev[s])
     # the stall cycles, kept in C doubles during the loop (added in the same order as to the list: the same sums)

@@ -17,3 +17,10 @@ cdef class LruCache:
     cdef public double capacity, used, hit_bytes, miss_bytes
     cdef public object lines
     cdef public long long hits, misses
+
+cdef class CycleHeap:
+    cdef public object buf
+    cdef long long[:] view
+    cdef public Py_ssize_t n
+    cpdef void push(self, long long x) except *
+    cpdef long long pop(self) except? -1

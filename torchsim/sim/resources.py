@@ -6,9 +6,12 @@ L2 and for DRAM, plus an `LruCache` deciding L2 hits from tile coordinates. Time
 
 from __future__ import annotations
 
+import heapq
 import math
+from array import array
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import Any
 
 import cython
 
@@ -188,3 +191,77 @@ class LruCache:
     def hit_rate(self) -> float:
         total = self.hit_bytes + self.miss_bytes
         return self.hit_bytes / total if total else 0.0
+
+
+class CycleHeap:
+    """The cycles the engine's calendar holds events at: a min-heap of distinct integers, which the event loop
+    (torchsim.sim.loop) pops in order. Compiled, a C array behind a typed memoryview (its comparisons and moves
+    without Python integers); from source, heapq over a list. Distinct values pop in the same order either way."""
+
+    __slots__ = ("buf", "view", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.buf: Any = []  # compiled: an array("q") (the view's buffer); from source: heapq's list
+        if cython.compiled:
+            self.buf = array("q", bytes(8 * 1024))
+            self.view = self.buf
+
+    def __len__(self) -> int:
+        return self.n
+
+    @cython.annotation_typing(False)  # typed by the .pxd
+    @cython.locals(pos=cython.Py_ssize_t, parent=cython.Py_ssize_t)
+    def push(self, x: int) -> None:
+        """Add cycle x (not already held)."""
+        if not cython.compiled:
+            heapq.heappush(self.buf, x)
+            self.n += 1
+            return
+        if self.n == len(self.buf):  # full: a buffer twice the size (the old one is released with its view)
+            grown = array("q", bytes(16 * len(self.buf)))
+            grown[:self.n] = self.buf[:self.n]
+            self.buf = grown
+            self.view = grown
+        pos = self.n
+        self.n += 1
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            if x < self.view[parent]:
+                self.view[pos] = self.view[parent]
+                pos = parent
+            else:
+                break
+        self.view[pos] = x
+
+    @cython.locals(pos=cython.Py_ssize_t, child=cython.Py_ssize_t, n=cython.Py_ssize_t, x=cython.longlong,
+                   cv=cython.longlong, top=cython.longlong)
+    def pop(self) -> int:
+        """Remove and return the smallest cycle held."""
+        if self.n == 0:
+            raise IndexError("pop from an empty CycleHeap")
+        if not cython.compiled:
+            self.n -= 1
+            return heapq.heappop(self.buf)
+        top = self.view[0]
+        self.n -= 1
+        n = self.n
+        if n == 0:
+            return top
+        x = self.view[n]
+        pos = 0
+        while True:
+            child = 2 * pos + 1
+            if child >= n:
+                break
+            cv = self.view[child]
+            if child + 1 < n and self.view[child + 1] < cv:
+                child += 1
+                cv = self.view[child]
+            if cv < x:
+                self.view[pos] = cv
+                pos = child
+            else:
+                break
+        self.view[pos] = x
+        return top
