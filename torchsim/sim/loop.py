@@ -100,19 +100,23 @@ def event_loop(eng: Any) -> int:
     # the calendar, the marked SMs and the heap again, C-typed for the loop below (the closures see them untyped)
     calendar, marked, heap = cal, dirty, times
 
-    @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list)
+    @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list,
+                   cd=dict, hp=CycleHeap, dl=list)
     def enqueue(cta: CtaState, k: int, tb: int) -> None:
         """Node k of cta, which needs a unit and waits on no barrier, has every edge released at cycle tb: it joins
         its subpartition's queue (when data released at a predecessor's issue arrives later: then). An SM whose
         node cannot issue yet is woken at the earliest cycle it could (marked instead when not `lazy`: a
-        throttling policy or clusters). (tb: the event loop's Python int of the cycle, stored as it is.)"""
+        throttling policy or clusters). (tb: the event loop's Python int of the cycle, stored as it is; cd, hp, dl:
+        the calendar, its heap and the marked SMs, C-typed here.)"""
         t = tb
         x = cta.data_at[k]
         if x > t:  # data released at a predecessor's issue arrives later: ready then
-            evl = cal.get(x)
+            cd = cal
+            evl = cd.get(x)
             if evl is None:
-                cal[x] = [(EV_READY, cta, k)]
-                times.push(x)
+                cd[x] = [(EV_READY, cta, k)]
+                hp = times
+                hp.push(x)
             else:
                 evl.append((EV_READY, cta, k))
             return
@@ -131,13 +135,16 @@ def event_loop(eng: Any) -> int:
             lb = u.free_at
         if lb <= t or not lazy:
             is_dirty[s] = True
-            dirty.append(s)
+            dl = dirty
+            dl.append(s)
         elif lb < sm.wake:
             sm.wake = lb
-            evl = cal.get(lb)
+            cd = cal
+            evl = cd.get(lb)
             if evl is None:
-                cal[lb] = [wake_ev[s]]
-                times.push(lb)
+                cd[lb] = [wake_ev[s]]
+                hp = times
+                hp.push(lb)
             else:
                 evl.append(wake_ev[s])
 
