@@ -146,26 +146,3 @@ def test_a_speculated_call_the_plan_does_not_have_is_dropped_unfinished() -> Non
         bg.wait(needed={small.key()})
     assert time.perf_counter() - t < 2.0  # not waited for (it takes ~3 s on a 2-core machine)
     assert is_memoised(small, H100, 60_000) and not is_memoised(big, H100, 60_000)
-
-
-def _niceness() -> int:
-    import os
-
-    return os.nice(0)
-
-
-def test_background_workers_yield_to_the_capturing_process() -> None:
-    """The workers that simulate while this process captures the model run BACKGROUND_NICE steps below it; a plain
-    pool (compare, sweep: all of the work) keeps this process's priority."""
-    import os
-
-    from torchsim.prediction.kernel_sim import Background
-    from torchsim.prediction.workers import BACKGROUND_NICE, worker_pool
-
-    here = os.nice(0)
-    with worker_pool(1) as pool:
-        assert pool.submit(_niceness).result(timeout=60) == here
-    with Background(get_profile("h100-sxm"), 60_000, 1, None) as bg:
-        bg.submit([KernelCall.make(KernelKind.RMSNORM, rows=1, hidden=128)])  # starts the pool
-        assert bg._pool.submit(_niceness).result(timeout=60) == min(19, here + BACKGROUND_NICE)
-        bg.wait()

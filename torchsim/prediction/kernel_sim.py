@@ -21,7 +21,7 @@ from torchsim.lowering.fallback import roofline, work
 from torchsim.lowering.kernel_call import KernelCall, KernelKind
 from torchsim.prediction.cache import DiskCache
 from torchsim.prediction.repeats import EXACT_EVENTS
-from torchsim.prediction.workers import BACKGROUND_NICE, cpus, worker_pool
+from torchsim.prediction.workers import cpus, worker_pool
 
 DEFAULT_MAX_SIM_EVENTS = EXACT_EVENTS  # kernels up to this many node executions are simulated in full
 EXACT = 1 << 62  # max_events that simulates every kernel in full (`--exact`)
@@ -284,7 +284,7 @@ class Background:
 
     def _start(self, c: KernelCall, chain: bool = False) -> None:
         if self._pool is None:
-            self._ctx = worker_pool(self.workers, nice=BACKGROUND_NICE)
+            self._ctx = worker_pool(self.workers)
             self._pool = self._ctx.__enter__()
         self.keys.add(c.key())
         fut = self._pool.submit(_simulate, c, self.hw, self.max_events)

@@ -18,13 +18,6 @@ from contextlib import contextmanager
 
 _PR_SET_PDEATHSIG = 1
 MAX_PROCESSES = 4  # simulation processes one command starts at most
-# Workers that simulate while the command's own process still captures the model (torchsim.prediction.kernel_sim
-# Background): that process is a cold prediction's critical path, and with its two workers three processes share
-# a 2-core machine's CPUs. Five steps of niceness give the capture a core whenever it can run and the workers
-# every cycle it leaves (cold defaults, alternating, on the 2-core dev machine: 8 of 10 pairs faster, -5 % on
-# average). Only among this command's own processes: the pools of `compare` and `sweep`, which do all the work,
-# keep their priority.
-BACKGROUND_NICE = 5
 
 
 def cpus() -> int:
@@ -36,7 +29,7 @@ def cpus() -> int:
     return max(1, min(MAX_PROCESSES, n))
 
 
-def _die_with_parent(parent: int, nice: int = 0) -> None:
+def _die_with_parent(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops the workers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
@@ -46,21 +39,14 @@ def _die_with_parent(parent: int, nice: int = 0) -> None:
         pass
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:  # not allowed here: the worker runs at its parent's priority
-            pass
 
 
 @contextmanager
-def worker_pool(workers: int, nice: int = 0) -> Iterator[ProcessPoolExecutor]:
-    """A pool of `workers` forked processes (the engine holds no threads; workers inherit imported modules), each
-    `nice` steps below this process's scheduling priority (a pool simulating in the background of work this process
-    still has to do: BACKGROUND_NICE)."""
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of `workers` forked processes (the engine holds no threads; workers inherit imported modules)."""
     ctx = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent,
-                               initargs=(os.getpid(), nice))
+                               initargs=(os.getpid(),))
     try:
         yield pool
     except BaseException:
