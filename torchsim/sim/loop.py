@@ -254,19 +254,10 @@ def event_loop(eng: Any) -> int:
                         else:
                             c.bar[arrive] += 1
                     done = tb
-                    if sio_occ:  # Pipeline.occupy, inlined
+                    if sio_occ:
                         port = c.smo.ulist[LDST]
                         assert port is not None
-                        pe = port.free_at
-                        if t > pe:
-                            pe = t
-                        pe += sio_occ
-                        port.free_at = pe
-                        port.busy_work += sio
-                        pt = port.partner
-                        if pt is not None and pt.free_at < pe:
-                            pt.free_at = pe
-                        done = pe
+                        done = port.take(t, sio_occ, sio)
                     if record:
                         eng._record(c, b, t, t, t, done, dep)
                     if done == tb:  # handled next, before any other synchronisation node
@@ -497,17 +488,9 @@ def event_loop(eng: Any) -> int:
                                 start = done - tb - (lat + extra + occ)
                                 start = start + tb if start > 0 else tb
                     if sio_occ:  # the shared-memory port is shared by LDS/STS, TMA writes, MMA operands
-                        port = ulist[LDST]  # (Pipeline.occupy, inlined)
+                        port = ulist[LDST]
                         assert port is not None
-                        pe = port.free_at
-                        if t > pe:
-                            pe = t
-                        pe += sio_occ
-                        port.free_at = pe
-                        port.busy_work += sio
-                        pt = port.partner
-                        if pt is not None and pt.free_at < pe:
-                            pt.free_at = pe
+                        pe = port.take(t, sio_occ, sio)
                         if pe > done:
                             done = pe
                     if record:

@@ -3,6 +3,7 @@ cdef class Pipeline:
     cdef public double throughput, effective, busy_work
     cdef public long long latency, free_at
     cdef public bint queued
+    cpdef long long take(self, long long t, long long occ, double work) except? -1
 
 cdef class BandwidthServer:
     cdef public object name

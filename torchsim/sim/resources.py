@@ -50,13 +50,18 @@ class Pipeline:
         pipe accepts nothing until then. Returns (start, end). The engine's event loop does the same inline for
         a node's unit (a call per node costs 4-7% there: 0.27M calls on the 4096^3 GEMM, 1.6M on FA3 8k)."""
         start = self.free_at if self.free_at > t else t
-        end = start + occ
+        return start, self.take(t, occ, work)
+
+    @cython.annotation_typing(False)  # a C call from the event loop when compiled: the .pxd types it
+    def take(self, t: int, occ: int, work: float) -> int:
+        """`occupy`, returning only the end (the event loop's shared-memory port)."""
+        end = (self.free_at if self.free_at > t else t) + occ
         self.free_at = end
         self.busy_work += work
         pt = self.partner
         if pt is not None and pt.free_at < end:
             pt.free_at = end
-        return start, end
+        return end
 
     def can_accept(self, t: int) -> bool:
         return self.queued or self.free_at <= t
