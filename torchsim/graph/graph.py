@@ -359,11 +359,16 @@ class KernelGraph:
         work = self.unit_work(Unit.TENSOR)
         return self.flops / work if work > 0 and self.flops > 0 else None
 
-    def validate(self) -> None:
+    def validate(self, checked: Any = None) -> None:
+        """Every class's template (TileGraph.validate) and the CTA parameters its tiles use. `checked`: a set of
+        templates already validated (a template is never changed once built), skipped and added to."""
         if not self.classes:
             raise GraphError(f"kernel {self.name!r} has no CTA classes")
         for c in self.classes:
-            c.graph.validate()
+            if checked is None or c.graph not in checked:
+                c.graph.validate()
+                if checked is not None:
+                    checked.add(c.graph)
             tiles_params = {n for t in c.graph.tiles for a in t.coord for n, _ in a.terms}
             missing = tiles_params - set(c.param_names)
             if missing:

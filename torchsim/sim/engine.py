@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+import weakref
 from collections import deque
 from dataclasses import replace
 from typing import Any
@@ -65,11 +66,15 @@ def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePol
         eng.dram.dirty = min(float(l2_dirty_bytes), float(hw.l2_bytes.value))
     return eng.run()
 
+# templates validated by an earlier run in this process (a template is never changed once built: the same truncated
+# instance at another clock, a GEMM's CTA template shared by its full graph and its samples) are not checked again
+_VALIDATED: weakref.WeakSet[Any] = weakref.WeakSet()
+
 
 class _Engine(IssueMixin, MemoryMixin, ClusterMixin):
     def __init__(self, kernel: KernelGraph, hw: GpuProfile, policy: str | type[IssuePolicy] | None, record: bool,
                  max_sms: int | None, l1: bool = True, noc: NocConfig | None = None) -> None:
-        kernel.validate()
+        kernel.validate(_VALIDATED)
         self.kernel = kernel
         self.hw = hw
         self.record = record

@@ -90,20 +90,23 @@ def _code(op: Op, unit: Unit, tile_space: Space | None) -> int:
     return COMPUTE
 
 
-# prepared classes by CTA class object, then by what `prepare` reads of the profile: a kernel simulated again (at
-# another clock: torchsim.sim.sustained; the same truncated instance: torchsim.prediction.repeats) reuses them
-_PREPARED: weakref.WeakKeyDictionary[CtaClass, dict[tuple[Any, ...], Prepared]] = weakref.WeakKeyDictionary()
+# prepared classes by template object, then by what `prepare` reads of the class besides its template (parameter
+# names, threads, registers, shared memory) and of the profile: a kernel simulated again (at another clock:
+# torchsim.sim.sustained; the same truncated instance: torchsim.prediction.repeats) and the classes of a GEMM's full
+# graph and its samples, which share templates (torchsim.lowering.templates.gemm), reuse them
+_PREPARED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Prepared]] = weakref.WeakKeyDictionary()
 
 
 def prepared(cls: CtaClass, hw: GpuProfile) -> Prepared:
-    """`prepare(cls, hw)`, computed once per class object and profile structure (units, subpartitions, shared
-    memory per CTA; never the clock). Shared by every run that asks: the engine changes none of it (a
-    whole-SM class's conversion is a copy: torchsim.sim.engine), and a graph is not changed once built (templates
-    and repeats build new ones; nothing writes into a TileGraph's arrays)."""
-    key = (hw.name, hw.units, int(hw.subpartitions_per_sm.value), float(hw.smem_per_cta_bytes.value))
-    per = _PREPARED.get(cls)
+    """`prepare(cls, hw)`, computed once per template object, class shape and profile structure (units,
+    subpartitions, shared memory per CTA; never the clock). Shared by every run that asks: the engine changes none
+    of it (a whole-SM class's conversion is a copy: torchsim.sim.engine), and a graph is not changed once built
+    (templates and repeats build new ones; nothing writes into a TileGraph's arrays)."""
+    key = (tuple(cls.param_names), cls.threads, cls.regs_per_thread, cls.smem_bytes, hw.name, hw.units,
+           int(hw.subpartitions_per_sm.value), float(hw.smem_per_cta_bytes.value))
+    per = _PREPARED.get(cls.graph)
     if per is None:
-        per = _PREPARED[cls] = {}
+        per = _PREPARED[cls.graph] = {}
     got = per.get(key)
     if got is None:
         got = per[key] = prepare(cls, hw)

@@ -22,6 +22,7 @@ WAIT_NAMES = ("data", "order", "barrier", "launch")
 # the calendar, (EV_SYNC, cta, node) a synchronisation node retires in the issue rounds of the cycle it is ready
 EV_DONE, EV_WAKE, EV_LAUNCH, EV_READY, EV_SYNC = 0, 1, 2, 3, 4
 NEVER = 1 << 62  # an SM's `wake` when none is pending (a cycle no simulation reaches: one comparison tests both)
+UNITS = max(Unit) + 1  # an SM's unit list is indexed by Unit (iterating the enum for it: 2 us an SM)
 
 
 class CtaState:
@@ -67,7 +68,7 @@ class SmState:
     def __init__(self, index: int, units: dict[int, Pipeline], nsp: int) -> None:
         self.index = index
         self.units = units
-        self.ulist: list[Pipeline | None] = [units.get(u) for u in range(max(Unit) + 1)]  # indexed by Unit
+        self.ulist: list[Pipeline | None] = [units.get(u) for u in range(UNITS)]  # indexed by Unit
         self.sp_free = [0] * nsp  # cycle each subpartition can issue again
         self.spmax = 0  # max(sp_free), kept by the event loop (torchsim.sim.loop): last issue cycle + 1
         # ready entries per subpartition: (age, node, cta, multi, unit: this SM's Pipeline the node runs on)

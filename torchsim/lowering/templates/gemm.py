@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Any
 
 from torchsim.graph import CtaClass, DType, GraphBuilder, KernelGraph, Op, Space, TileDesc, TileGraph, Unit
@@ -130,9 +131,32 @@ def _regs(cfg: GemmConfig) -> int:
     return min(168, 65536 // cfg.threads())
 
 
+# CTA templates written, by (K blocks of its tiles, config, dtypes, epilogue, profile object): a GEMM's full graph,
+# its family's event count and its truncated instances (torchsim.prediction.repeats) have CTA classes of the same
+# shape, and a call is built up to three times on its way to a simulation. A template is never changed once built
+# (torchsim.sim.prepare.prepared relies on it too), so one object serves them all; most recently used kept.
+_CTA_MEMO: OrderedDict[tuple[Any, ...], tuple[GpuProfile, TileGraph]] = OrderedDict()
+CTA_MEMO_SIZE = 32
+
+
 def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType, epi: Epilogue,
                hw: GpuProfile) -> TileGraph:
-    name = f"gemm/{cfg.pipeline.value}/{cfg.bm}x{cfg.bn}x{cfg.bk}/{len(plan.kts)}tiles"
+    """The CTA template of `plan`'s class (written once per shape, config and profile: `_CTA_MEMO`)."""
+    key = (plan.kts, cfg, dtype, out_dtype, epi, id(hw))
+    got = _CTA_MEMO.get(key)
+    if got is not None and got[0] is hw:  # the id of a profile still alive (the entry holds it)
+        _CTA_MEMO.move_to_end(key)
+        return got[1]
+    graph = _build_cta(plan.kts, cfg, dtype, out_dtype, epi, hw)
+    _CTA_MEMO[key] = (hw, graph)
+    while len(_CTA_MEMO) > CTA_MEMO_SIZE:
+        _CTA_MEMO.popitem(last=False)
+    return graph
+
+
+def _build_cta(kts: tuple[int, ...], cfg: GemmConfig, dtype: DType, out_dtype: DType, epi: Epilogue,
+               hw: GpuProfile) -> TileGraph:
+    name = f"gemm/{cfg.pipeline.value}/{cfg.bm}x{cfg.bn}x{cfg.bk}/{len(kts)}tiles"
     b = GraphBuilder(name, dtype, program_order=cfg.order_edges)
     fmt = quant_format(cfg.quant)
     w = GemmWriter(b, cfg, dtype, out_dtype, epi, async_copy=cfg.pipeline is not Pipeline.SM80_MULTISTAGE,
@@ -149,7 +173,7 @@ def _write_cta(plan: ClassPlan, cfg: GemmConfig, dtype: DType, out_dtype: DType,
         Pipeline.SM80_MULTISTAGE: _sm80, Pipeline.NAIVE_2STAGE: _naive, Pipeline.WS_COOPERATIVE: _cooperative,
         Pipeline.WS_3STAGE: _cooperative, Pipeline.WS_PINGPONG: _pingpong, Pipeline.SM100_TCGEN05: _sm100,
     }
-    writers[cfg.pipeline](w, plan.kts)
+    writers[cfg.pipeline](w, kts)
     w.link_slots()
     if w.async_copy:  # TMA pipelines: A, B and C tensor maps (+ the bias / residual source); a full and an
         # empty mbarrier per stage (+ full/empty for each of sm100's two TMEM accumulators)
