@@ -143,11 +143,12 @@ def test_an_abbreviated_root_option_before_the_command_gets_its_parser(capsys: p
     assert '"name"' in capsys.readouterr().out
 
 
-def test_a_command_runs_full_collections_less_often_and_restores_the_collector(monkeypatch: pytest.MonkeyPatch
+def test_a_command_runs_older_collections_less_often_and_restores_the_collector(monkeypatch: pytest.MonkeyPatch
                                                                                 ) -> None:
-    """While a command runs, the collector's full passes are FULL_COLLECTION_EVERY middle-generation passes apart
-    (torch's ~1M long-lived objects made each pass cost up to 0.25 s and free nothing); the young generations keep
-    Python's thresholds, and an in-process caller gets its own thresholds back, after an error too."""
+    """While a command runs, the collector's middle-generation passes are MIDDLE_COLLECTION_EVERY young passes
+    apart and its full passes FULL_COLLECTION_EVERY middle ones apart (torch's ~1M long-lived objects made each pass
+    cost up to 0.25 s and free nothing); the young generation keeps Python's threshold, and an in-process caller gets
+    its own thresholds back, after an error too."""
     import gc
 
     from torchsim import cli
@@ -172,4 +173,4 @@ def test_a_command_runs_full_collections_less_often_and_restores_the_collector(m
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
-    assert seen == [(700, 10, cli.FULL_COLLECTION_EVERY)] * 2
+    assert seen == [(700, cli.MIDDLE_COLLECTION_EVERY, cli.FULL_COLLECTION_EVERY)] * 2

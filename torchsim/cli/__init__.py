@@ -33,13 +33,17 @@ class Terminated(BaseException):
 
 
 REPORT_URL = "the torchsim issue tracker"
-# A command's full collections: one per FULL_COLLECTION_EVERY collections of the middle generation (Python's default:
-# 10). Importing torch and torch.export allocates ~1M objects that live as long as the process (modules, their
-# functions, the operator registry); the collector's full passes over them while they pile up (six in a cold
-# default predict, 0.03-0.25 s each as the heap grows, ~0.8 s of the main process's ~4.5 s of CPU on this
-# project's 2-core machine) free nothing. The young generations still run at Python's thresholds, so the cyclic
-# garbage of each export and simulation is still reclaimed young; what reaches the old generation is kept a little
-# longer.
+# The collector's older generations while a command runs. Importing torch and torch.export allocates ~1M objects
+# that live as long as the process (modules, their functions, the operator registry). The collector's full passes
+# over them while they pile up (six in a cold default predict, 0.03-0.25 s each as the heap grows, ~0.8 s of the main
+# process's ~4.5 s of CPU on this project's 2-core machine) free nothing, nor do the middle generation's (every 10
+# young passes by Python's default: 85 in a cold default predict, 0.1 s, each going over every survivor of torch's
+# import since the last; at 100 young passes apart, 13 of them cost 0.18-0.24 s, as each goes over more). So a command
+# runs the middle generation's passes MIDDLE_COLLECTION_EVERY young passes apart (about 700k net allocations: a cold
+# default predict makes ~1,000 young passes in its main process) and its full passes FULL_COLLECTION_EVERY middle
+# ones apart (Python: 10). The young generation keeps Python's threshold, so the cyclic garbage of each export and
+# simulation is still reclaimed young; what survives it is kept longer (peak memory of the default: +2 MB).
+MIDDLE_COLLECTION_EVERY = 1000
 FULL_COLLECTION_EVERY = 100
 # the commands with subcommands, and the attribute their subparsers store the subcommand's name in
 _NESTED = {"kernel": "kernel", "routing": "routing_command", "hw": "hw_command"}
@@ -209,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     previous_int = signal.signal(signal.SIGINT, _on_sigint) if _default_sigint() else None
     previous_hook, sys.unraisablehook = sys.unraisablehook, _redeliver_if_signal(sys.unraisablehook)
     thresholds = gc.get_threshold()
-    gc.set_threshold(thresholds[0], thresholds[1], max(thresholds[2], FULL_COLLECTION_EVERY))
+    gc.set_threshold(thresholds[0], max(thresholds[1], MIDDLE_COLLECTION_EVERY),
+                     max(thresholds[2], FULL_COLLECTION_EVERY))
     try:
         from torchsim.cli.paths import check_outputs
 
