@@ -63,7 +63,9 @@ LDST = cython.declare(Int, issue.LDST)
                calendar=dict, heap=CycleHeap, fe=cython.double, xf=cython.double, dur=cython.double,
                l2_end=cython.double, xe=cython.double, lat=Int, l2_lat=Int, dram_lat=Int, st0=cython.double,
                st1=cython.double, st2=cython.double, st3=cython.double, st4=cython.double, st5=cython.double,
-               succ=tuple, osucc=tuple, dq=tuple, batch=tuple, us=Int, ue=Int, dn=Int, last=list)
+               succ=tuple, osucc=tuple, dq=tuple, batch=list, one_sm=list, one_ev=list, us=Int, ue=Int, dn=Int,
+               last=list, work=cython.double, sio=cython.double, gv=Int, age=Int, bo=object, kb=object, jb=object,
+               db=object, xb=object, nb=object)
 def event_loop(eng: Any) -> int:
     """Process events until none is left; returns the cycle of the last one."""
     times, cal, wake_ev = eng.times, eng.cal, eng.wake_ev  # the calendar: its cycles, their events, SM wake-ups
@@ -101,31 +103,36 @@ def event_loop(eng: Any) -> int:
     calendar, marked, heap = cal, dirty, times
 
     @cython.locals(cta=CtaState, k=Int, t=Int, x=Int, sm=SmState, u=Pipeline, sp0=Int, uid=Int, s=Int, lb=Int, spf=list,
-                   cd=dict, hp=CycleHeap, dl=list)
-    def enqueue(cta: CtaState, k: int, tb: int) -> None:
+                   cd=dict, hp=CycleHeap, dl=list, gv=Int, age=Int, xb=object, lbo=object)
+    def enqueue(cta: CtaState, kb: int, tb: int) -> None:
         """Node k of cta, which needs a unit and waits on no barrier, has every edge released at cycle tb: it joins
         its subpartition's queue (when data released at a predecessor's issue arrives later: then). An SM whose
         node cannot issue yet is woken at the earliest cycle it could (marked instead when not `lazy`: a
         throttling policy or clusters). (tb: the event loop's Python int of the cycle, stored as it is; cd, hp, dl:
-        the calendar, its heap and the marked SMs, C-typed here.)"""
+        the calendar, its heap and the marked SMs, C-typed here; kb: the node's Python int, k its C value: an int
+        goes into the calendar and the queues as the object it already is, boxed at most once.)"""
+        k = kb
         t = tb
-        x = cta.data_at[k]
+        xb = cta.data_at[k]
+        x = xb
         if x > t:  # data released at a predecessor's issue arrives later: ready then
             cd = cal
-            evl = cd.get(x)
+            evl = cd.get(xb)
             if evl is None:
-                cd[x] = [(EV_READY, cta, k)]
+                cd[xb] = [(EV_READY, cta, kb)]
                 hp = times
                 hp.push(x)
             else:
-                evl.append((EV_READY, cta, k))
+                evl.append((EV_READY, cta, kb))
             return
         cta.ready_t[k] = tb
         sm = cta.smo
         sp0, m, uid = cta.qinfo[k]
         u = sm.ulist[uid]
         assert u is not None
-        sm.queues[sp0].append((cta.base + cta.group[k], k, cta, m, u))
+        gv = cta.group[k]
+        age = cta.base + gv
+        sm.queues[sp0].append((age, kb, cta, m, u))
         s = sm.index
         if is_dirty[s]:
             return
@@ -140,9 +147,10 @@ def event_loop(eng: Any) -> int:
         elif lb < sm.wake:
             sm.wake = lb
             cd = cal
-            evl = cd.get(lb)
+            lbo = lb
+            evl = cd.get(lbo)
             if evl is None:
-                cd[lb] = [wake_ev[s]]
+                cd[lbo] = [wake_ev[s]]
                 hp = times
                 hp.push(lb)
             else:
@@ -179,6 +187,8 @@ def event_loop(eng: Any) -> int:
         else:
             enqueue(cta, k, tb)
 
+    one_sm: list[int] = [0]
+    one_ev: list[Any] = [None]
     t = 0
     while heap.n:
         t = heap.pop()
@@ -193,7 +203,8 @@ def event_loop(eng: Any) -> int:
         evs = calendar[tb]
         first = True
         while True:
-            for kind, a, b in evs:
+            for kind, a, bo in evs:
+                b = bo
                 if kind == EV_WAKE:  # SM a (index b), unless its wake-up moved since
                     wsm = a
                     if wsm.wake == t:
@@ -204,7 +215,7 @@ def event_loop(eng: Any) -> int:
                 elif kind == EV_READY:  # the last data of node b of CTA a arrives
                     c = a
                     c.why[b] = W_DATA
-                    enqueue(c, b, tb)
+                    enqueue(c, bo, tb)
                 elif kind != EV_LAUNCH:  # node b of CTA a completes (EV_DONE: its data edges) or retires (EV_SYNC:
                     # its order edges first)
                     c = a
@@ -215,7 +226,8 @@ def event_loop(eng: Any) -> int:
                     else:
                         _, g, occ, work, sio, sio_occ, succ, arrive, extra, dq = c.info[b]
                         gl = c.grp_last
-                        dep = tb - gl[g]  # its wait on its group (it was ready at t: a sync node never waits to issue)
+                        gv = gl[g]
+                        dep = t - gv  # its wait on its group (it was ready at t: a sync node never waits to issue)
                         if dep > 0:
                             w = c.why[b]
                             if w == 1:
@@ -227,20 +239,22 @@ def event_loop(eng: Any) -> int:
                         gl[g] = tb
                         why = W_ORDER
                     rkind = c.rkind
-                    for k in succ:
-                        n = pred[k] - 1
+                    for kb in succ:
+                        k = kb
+                        n = pred[k]
+                        n -= 1
                         pred[k] = n
                         if n:
                             continue
                         c.why[k] = why
                         rk = rkind[k]
                         if rk == R_QUEUE:
-                            enqueue(c, k, tb)
+                            enqueue(c, kb, tb)
                         elif rk == R_INSTANT:
                             c.ready_t[k] = tb
-                            sync_append((EV_SYNC, c, k))
+                            sync_append((EV_SYNC, c, kb))
                         else:
-                            ready(c, k, tb)
+                            ready(c, kb, tb)
                     if kind == EV_DONE:
                         c.remaining -= 1
                         if c.remaining == 0:
@@ -261,34 +275,37 @@ def event_loop(eng: Any) -> int:
                     if record:
                         eng._record(c, b, t, t, t, done, dep)
                     if done == tb:  # handled next, before any other synchronisation node
-                        sync_first((EV_DONE, c, b))
+                        sync_first((EV_DONE, c, bo))
                     else:
-                        evl = calendar.get(done)
+                        db = done
+                        evl = calendar.get(db)
                         if evl is None:
-                            calendar[done] = [(EV_DONE, c, b)]
+                            calendar[db] = [(EV_DONE, c, bo)]
                             heap.push(done)
                         else:
-                            evl.append((EV_DONE, c, b))
+                            evl.append((EV_DONE, c, bo))
                 else:  # CTA b launches on SM a
                     cta = eng._launch(a, b, tb)
-                    for j in cta.prep.roots:
-                        ready(cta, j, tb)
+                    for jb in cta.prep.roots:
+                        ready(cta, jb, tb)
             if first:
                 del calendar[tb]
                 first = False
             if instant:
-                evs = (sync_next(),)
+                one_ev[0] = sync_next()  # a list kept for the purpose: no tuple made per synchronisation node
+                evs = one_ev
                 continue
             if not marked:
                 break
             evs = ()
-            if len(marked) == 1:  # the common case: one SM
+            if len(marked) == 1:  # the common case: one SM (in a list kept for the purpose)
                 s = marked.pop()
                 is_dirty[s] = False
-                batch = (s,)
+                one_sm[0] = s
+                batch = one_sm
             else:
                 marked.sort()
-                batch = tuple(marked)
+                batch = marked[:]
                 marked.clear()
                 for s in batch:
                     is_dirty[s] = False
@@ -306,9 +323,10 @@ def event_loop(eng: Any) -> int:
                     q = queues[sp]
                     if not q:
                         continue
-                    if spf[sp] > tb:
-                        if general and spf[sp] < nxt:
-                            nxt = spf[sp]
+                    f = spf[sp]
+                    if f > t:
+                        if general and f < nxt:
+                            nxt = f
                         continue
                     if general:
                         best, w = eng._choose(sm, sp, q, t, allowed)
@@ -361,11 +379,13 @@ def event_loop(eng: Any) -> int:
                         policies[s].issued(sp, best)
                     # -- issue node j of cta on unit (IssueMixin._issue)
                     cta = best[2]
-                    j = best[1]
+                    jb = best[1]
+                    j = jb
                     kind, g, occ, work, sio, sio_occ, osucc, arrive, extra, dq = cta.info[j]
                     rt = cta.ready_t[j]
                     gl = cta.grp_last
-                    dep = rt - gl[g]
+                    gv = gl[g]
+                    dep = rt - gv
                     if dep > 0:
                         w = cta.why[j]
                         if w == 1:
@@ -383,21 +403,26 @@ def event_loop(eng: Any) -> int:
                     if osucc:  # release order edges at issue
                         pred = cta.pred
                         rkind = cta.rkind
-                        for k in osucc:
-                            n = pred[k] - 1
+                        for kb in osucc:
+                            k = kb
+                            n = pred[k]
+                            n -= 1
                             pred[k] = n
                             if n == 0:
                                 cta.why[k] = W_ORDER
                                 if rkind[k] == R_QUEUE:
-                                    if cta.data_at[k] > tb:  # its data arrives later: enqueue makes it ready then
-                                        enqueue(cta, k, tb)
+                                    x = cta.data_at[k]
+                                    if x > t:  # its data arrives later: enqueue makes it ready then
+                                        enqueue(cta, kb, tb)
                                         continue
                                     # joins a queue of this SM: the wake-up computed after the scan covers it,
                                     # unless it could issue in this cycle (a subpartition still free)
                                     cta.ready_t[k] = tb
                                     sp0, m, uid = cta.qinfo[k]
                                     u = ulist[uid]
-                                    queues[sp0].append((cta.base + cta.group[k], k, cta, m, u))
+                                    gv = cta.group[k]
+                                    age = cta.base + gv
+                                    queues[sp0].append((age, kb, cta, m, u))
                                     if (not is_dirty[s] and (not lazy or (u.queued or u.free_at <= t) and (
                                             spf[sp0] if m is None else spmax if m is full else
                                             max(map(spf.__getitem__, m))) <= tb)):
@@ -405,9 +430,9 @@ def event_loop(eng: Any) -> int:
                                         marked.append(s)
                                 elif rkind[k] == R_INSTANT:
                                     cta.ready_t[k] = tb
-                                    sync_append((EV_SYNC, cta, k))
+                                    sync_append((EV_SYNC, cta, kb))
                                 else:
-                                    ready(cta, k, tb)
+                                    ready(cta, kb, tb)
                     if arrive >= 0:
                         if clusters or cta.bar_wait[arrive]:
                             eng._arrive(cta, arrive, tb)
@@ -431,13 +456,13 @@ def event_loop(eng: Any) -> int:
                                 start = us
                         elif memsys is not None:
                             done, start = eng._memsys(cta, j, tb, ue, work, kind != K_WRITE)
-                        elif kind == K_LDG and (miss := eng._l1_miss(unit, cta, j, tb, work, occ)) is None:
+                        elif kind == K_LDG and (miss := eng._l1_miss(unit, cta, jb, tb, work, occ)) is None:
                             start, done = tb, ue + l1_lat  # every line hits the SM's L1
                         else:  # a global read or write past L1: L2, then DRAM on a miss
                             if kind == K_LDG:  # only the missing lines go on to L2
                                 work, occ = miss
                             keys = cta.keys
-                            key = keys.get(j)
+                            key = keys.get(jb)
                             if key is None:
                                 key = (cta.prep.name, j, cta.seq)
                             if key in l2lines:  # LruCache.access
@@ -495,14 +520,15 @@ def event_loop(eng: Any) -> int:
                             done = pe
                     if record:
                         eng._record(cta, j, rt, t, start, done, dep)
-                    # done > t: a unit takes at least a cycle (Pipeline.occupancy)
+                    # done > t: a unit takes at least a cycle (Pipeline.occupancy); boxed once (db)
+                    db = done
                     if dq is None:
-                        evl = calendar.get(done)
+                        evl = calendar.get(db)
                         if evl is None:
-                            calendar[done] = [(EV_DONE, cta, j)]
+                            calendar[db] = [(EV_DONE, cta, jb)]
                             heap.push(done)
                         else:
-                            evl.append((EV_DONE, cta, j))
+                            evl.append((EV_DONE, cta, jb))
                     else:
                         # Every data successor joins a queue when ready, so its data edges are released now,
                         # taking effect at `done`: a successor whose last edge this is becomes ready at the
@@ -512,19 +538,23 @@ def event_loop(eng: Any) -> int:
                         cta.remaining -= 1
                         pred = cta.pred
                         data_at = cta.data_at
-                        for k in dq:
-                            if done > data_at[k]:
-                                data_at[k] = done
-                            n = pred[k] - 1
+                        for kb in dq:
+                            k = kb
+                            x = data_at[k]
+                            if done > x:
+                                data_at[k] = db
+                            n = pred[k]
+                            n -= 1
                             pred[k] = n
                             if n == 0:
-                                x = data_at[k]
-                                evl = calendar.get(x)
+                                xb = data_at[k]
+                                x = xb
+                                evl = calendar.get(xb)
                                 if evl is None:
-                                    calendar[x] = [(EV_READY, cta, k)]
+                                    calendar[xb] = [(EV_READY, cta, kb)]
                                     heap.push(x)
                                 else:
-                                    evl.append((EV_READY, cta, k))
+                                    evl.append((EV_READY, cta, kb))
                 if general and not lazy:  # wake at the earliest cycle the scan named, unless one is due before
                     if nxt < sm.wake:
                         sm.wake = nxt
@@ -551,9 +581,10 @@ def event_loop(eng: Any) -> int:
                     if nxt == NEVER:  # nothing queued
                         pass
                     else:
-                        evl = calendar.get(nxt)
+                        nb = nxt
+                        evl = calendar.get(nb)
                         if evl is None:
-                            calendar[nxt] = [wake_ev[s]]
+                            calendar[nb] = [wake_ev[s]]
                             heap.push(nxt)
                         else:
                             evl.append(wake_ev[s])
