@@ -98,3 +98,17 @@ def test_cli_max_events_and_yes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*args, "--max-events", "10", "--yes"]) == 0
     assert main([*args, "--max-events", "100000000"]) == 0
     assert main([*args, "--max-events", "0"]) == 2  # must be >= 1
+
+
+def test_a_workers_estimate_is_call_events_or_none_where_that_refuses_the_call() -> None:
+    """`limits.estimate` (what a worker counts for a speculated call) is `call_events`, and None, not an error in the
+    worker, for a GEMM too large to lay out: the capturing process then counts, and refuses, the call itself."""
+    from torchsim.prediction.limits import estimate
+
+    h100 = get_profile("h100-sxm")
+    ok = KernelCall.make(KernelKind.GEMM, epilogue="none", m=4096, n=4096, k=4096)
+    assert estimate(ok, h100, DEFAULT_MAX_SIM_EVENTS) == call_events(ok, h100, DEFAULT_MAX_SIM_EVENTS) > 0
+    huge = KernelCall.make(KernelKind.GEMM, epilogue="none", m=65536 * 8000, n=4096, k=4096)
+    with pytest.raises(SimulationLimitError, match="output tiles"):
+        call_events(huge, h100, DEFAULT_MAX_SIM_EVENTS)
+    assert estimate(huge, h100, DEFAULT_MAX_SIM_EVENTS) is None

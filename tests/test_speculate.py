@@ -146,3 +146,30 @@ def test_a_speculated_call_the_plan_does_not_have_is_dropped_unfinished() -> Non
         bg.wait(needed={small.key()})
     assert time.perf_counter() - t < 2.0  # not waited for (it takes ~3 s on a 2-core machine)
     assert is_memoised(small, H100, 60_000) and not is_memoised(big, H100, 60_000)
+
+
+def test_a_speculated_call_comes_back_with_the_estimate_this_process_would_make() -> None:
+    """A worker counts a speculated call's simulation-limit estimate beside its simulation (from the GEMM family the
+    simulation builds anyway); the capturing process seeds its budget with it instead of building the family again,
+    so the number must be the one it would compute itself."""
+    from concurrent.futures import wait
+
+    from torchsim.prediction.limits import call_events, estimate
+
+    clear_memo()
+    gemm = KernelCall.make(KernelKind.GEMM, DType.BF16, epilogue="none", m=512, n=1024, k=2048)
+    attn = KernelCall.make(KernelKind.ATTENTION_PREFILL, DType.BF16, batch=1, causal=True, head_dim=128, heads_kv=8,
+                           heads_q=32, seq_kv=512, seq_q=512)
+    with Background(H100, 60_000, 2, None, count=estimate) as bg:
+        bg.speculate([gemm, attn])
+        while len(bg.futures) < 2:  # the second starts when the first is done
+            time.sleep(0.01)
+        wait(list(bg.futures))
+        got = bg.estimates()
+        bg.wait(needed={gemm.key(), attn.key()})
+    assert got == {c.key(): call_events(c, H100, 60_000) for c in (gemm, attn)}
+    assert all(v > 0 for v in got.values())
+    assert is_memoised(gemm, H100, 60_000) and is_memoised(attn, H100, 60_000)
+    budget = EventBudget("test", H100, 60_000, None)
+    budget.seed(got)
+    assert budget.add([gemm, attn]) == sum(got.values())

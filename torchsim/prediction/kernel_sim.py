@@ -228,11 +228,16 @@ class Background:
     unfinished."""
 
     def __init__(self, hw: Any, max_events: int, workers: int, disk: DiskCache | None,
-                 cost: Callable[[KernelCall], float] | None = None) -> None:
+                 cost: Callable[[KernelCall], float] | None = None,
+                 count: Callable[[KernelCall, Any, int], int | None] | None = None) -> None:
         self.hw, self.max_events, self.workers, self.disk = hw, max_events, workers, disk
+        # `count(call, hw, max_events)`: a speculated call's simulation-limit estimate, made by its worker
+        # (torchsim.prediction.limits.estimate; a module-level function: it goes to the worker by name)
+        self.count = count
         # what simulating a call costs, to start the longest first (default: its FLOPs and bytes)
         self.cost = cost or _work_cost
         self.futures: dict[Any, KernelCall] = {}
+        self.counted: set[Any] = set()  # futures of speculated calls: (launches, their simulation-limit estimate)
         self.keys: set[tuple[Any, ...]] = set()
         self.speculative: set[tuple[Any, ...]] = set()
         self._queued: list[KernelCall] = []  # speculated calls not yet handed to the pool (one runs at a time)
@@ -287,10 +292,22 @@ class Background:
             self._ctx = worker_pool(self.workers)
             self._pool = self._ctx.__enter__()
         self.keys.add(c.key())
-        fut = self._pool.submit(_simulate, c, self.hw, self.max_events)
+        if chain and self.count is not None:
+            fut = self._pool.submit(_simulate_counted, c, self.hw, self.max_events, self.count)
+            self.counted.add(fut)
+        else:
+            fut = self._pool.submit(_simulate, c, self.hw, self.max_events)
         self.futures[fut] = c
         if chain:
             fut.add_done_callback(self._next)
+
+    def estimates(self) -> dict[tuple[Any, ...], int]:
+        """The simulation-limit estimates (`count`) of the speculated calls simulated so far, by call key: the same
+        numbers this process would compute, counted by the worker from the GEMM families it builds for the
+        simulation anyway (for `EventBudget.seed`)."""
+        with self._lock:
+            done = [(f, self.futures[f]) for f in self.counted if f.done() and not f.cancelled()]
+        return {c.key(): f.result()[1] for f, c in done if f.exception() is None and f.result()[1] is not None}
 
     def submit(self, calls: Sequence[KernelCall]) -> None:
         calls = list(calls)
@@ -311,9 +328,11 @@ class Background:
         for f in unwanted:
             f.cancel()
         for fut in as_completed(wanted):
-            _store(wanted[fut], self.hw, self.max_events, fut.result(), self.disk)
+            got = fut.result()
+            _store(wanted[fut], self.hw, self.max_events, got[0] if fut in self.counted else got, self.disk)
         running = any(not f.done() for f in unwanted)
         self.futures.clear()
+        self.counted.clear()
         self.speculative.clear()
         if running and self._ctx is not None:  # a guess still simulating: stop the workers rather than wait
             ctx, self._ctx = self._ctx, None
@@ -413,6 +432,15 @@ def _simulate(call: KernelCall, hw: Any, max_events: int) -> tuple[KernelSim, ..
         res = repeats.simulate_kernel(fam if fam is not None and fam.dims else kg, hw, exact_events=max_events)
         out.append(_from_result(kg, res, events))
     return tuple(out)
+
+
+def _simulate_counted(call: KernelCall, hw: Any, max_events: int, count: Callable[[KernelCall, Any, int], int | None]
+                      ) -> tuple[tuple[KernelSim, ...], int | None]:
+    """A speculated call's launches and its simulation-limit estimate `count(call, hw, max_events)`, counted first:
+    the CTA templates the estimate writes are the ones the simulation reuses (torchsim.lowering.templates.gemm's
+    memo)."""
+    events = count(call, hw, max_events)
+    return _simulate(call, hw, max_events), events
 
 
 def graph_events(kg: Any) -> int:

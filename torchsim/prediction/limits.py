@@ -95,6 +95,16 @@ def call_events(call: KernelCall, hw: Any, max_events: int) -> int:
     return int(n) * (DEFAULT_BUDGET if tuned else 1)
 
 
+def estimate(call: KernelCall, hw: Any, max_events: int) -> int | None:
+    """`call_events`, or None where it refuses the call (a GEMM too large to lay out): what a worker counts for a
+    speculated call (torchsim.prediction.kernel_sim.Background); the capturing process then counts, and refuses,
+    the call itself."""
+    try:
+        return call_events(call, hw, max_events)
+    except SimulationLimitError:
+        return None
+
+
 def shapes(call: KernelCall, width: int = 72) -> str:
     s = ",".join(f"{k}={v}" for k, v in call.params if k not in ("op", "roofline"))
     return s if len(s) <= width else s[:width - 3] + "..."
@@ -125,7 +135,8 @@ class EventBudget:
         return {**self._seen, **{k: e for k, (_c, e) in self.events.items()}}
 
     def seed(self, estimates: dict[tuple[Any, ...], int]) -> None:
-        """Take estimates an earlier run made for the same profile and threshold (not counted until `add`)."""
+        """Take estimates made elsewhere for the same profile and threshold (an earlier run's plan-cache entry, the
+        workers that simulated speculated calls: the same numbers `call_events` gives here), not counted until `add`."""
         self._seen.update((k, int(e)) for k, e in estimates.items() if k not in self.events)
 
     def add(self, calls: Iterable[KernelCall]) -> int:

@@ -36,7 +36,7 @@ from torchsim.prediction.kernel_sim import (
     simulate_many,
 )
 from torchsim.prediction.launch import LAUNCH_MODES, LaunchModel
-from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS, EventBudget
+from torchsim.prediction.limits import DEFAULT_MAX_TOTAL_EVENTS, EventBudget, estimate
 from torchsim.prediction.plancache import PlanCache, PlanEntry, StepPlan, plan_key
 from torchsim.prediction.records import KernelRecord, MemoryFitError, MemoryWarning, Prediction
 
@@ -442,6 +442,8 @@ def _capture(model: Any, prof: Any, system: str, scenarios: Sequence[tuple[str, 
             if not (ep > 1 and is_tensix(prof)):
                 plan = adapt_plan(plan, prof, weights, tt_experts, name)  # Tensix: tt_transformers' ops, formats
             plans.append(_tuned(plan) if tune else plan)
+            if len(plans) == 1:  # the speculated calls the workers have simulated: their estimates counted there
+                budget.seed(bg.estimates())
             budget.add(plans[-1].calls)  # before this step's kernels are simulated (an error stops the workers)
             if len(plans) == 1 and len(scenarios) > 1:
                 # the prefill's kernels are simulated on worker processes while the decode steps are captured
@@ -485,7 +487,7 @@ def _speculate(model: Any, prof: Any, max_sim_events: int, disk: DiskCache | Non
     calls = speculate.prefill_calls(model, prof, **args) if n > 1 else []
     if not calls:
         return None
-    bg = Background(prof, max_sim_events, n, disk, cost=budget.estimate)
+    bg = Background(prof, max_sim_events, n, disk, cost=budget.estimate, count=estimate)
     try:
         bg.speculate(calls)
     except BaseException:
