@@ -307,7 +307,11 @@ class Background:
         simulation anyway (for `EventBudget.seed`)."""
         with self._lock:
             done = [(f, self.futures[f]) for f in self.counted if f.done() and not f.cancelled()]
-        return {c.key(): f.result()[1] for f, c in done if f.exception() is None and f.result()[1] is not None}
+        out: dict[tuple[Any, ...], int] = {}
+        for f, c in done:
+            if f.exception() is None and (events := f.result()[1]) is not None:
+                out[c.key()] = events
+        return out
 
     def submit(self, calls: Sequence[KernelCall]) -> None:
         calls = list(calls)

@@ -66,6 +66,7 @@ def simulate(kernel: KernelGraph, hw: GpuProfile, *, policy: str | type[IssuePol
         eng.dram.dirty = min(float(l2_dirty_bytes), float(hw.l2_bytes.value))
     return eng.run()
 
+
 # templates validated by an earlier run in this process (a template is never changed once built: the same truncated
 # instance at another clock, a GEMM's CTA template shared by its full graph and its samples) are not checked again
 _VALIDATED: weakref.WeakSet[Any] = weakref.WeakSet()
